@@ -1,0 +1,1 @@
+"""radixgen kernels package."""

@@ -1,0 +1,1 @@
+"""radixgen lang package."""

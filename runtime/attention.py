@@ -1,0 +1,128 @@
+"""Attention over the token-index KV pool, behind one backend interface.
+
+A forward holds a ragged batch: request i contributes `extend_lens[i]` new tokens that attend
+to its `seq_lens[i] - extend_lens[i]` cached tokens and causally to each other. A request with
+one new token is a decode; the rest are extends (prefill or a prefill chunk).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from runtime.memory_pool import ReqToTokenPool, TokenToKVPool
+
+
+@dataclass
+class ForwardBatch:
+    """Everything one model forward needs, flattened over requests without padding."""
+
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64
+    out_cache_loc: torch.Tensor  # [T] KV slots the new tokens are written to
+    req_pool_indices: list[int]
+    extend_lens: list[int]
+    seq_lens: list[int]  # tokens with KV after this forward, per request
+    logit_rows: torch.Tensor  # rows of the hidden states whose logits are needed
+    metadata: object = field(default=None)  # set by the attention backend
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+
+class AttentionBackend(ABC):
+    """Stores the new K/V of each layer into the pool and attends over each request's slots."""
+
+    def __init__(self, req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool):
+        self.req_to_token_pool = req_to_token_pool
+        self.kv_pool = kv_pool
+
+    @abstractmethod
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        """Precompute per-forward index tensors once, shared by every layer."""
+
+    @abstractmethod
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
+    ) -> torch.Tensor:
+        """q: [T, heads, d]; k, v: [T, kv_heads, d]; returns [T, heads * d]."""
+
+
+@dataclass
+class _TorchMetadata:
+    decode_rows: torch.Tensor | None  # rows of q that are decodes
+    decode_slots: torch.Tensor | None  # [B, Lmax] KV slots, padded with slot 0
+    decode_mask: torch.Tensor | None  # [B, 1, 1, Lmax] True where a real slot
+    extends: list[tuple[int, int, torch.Tensor, torch.Tensor | None]]  # q start, end, slots, mask
+
+
+class TorchAttentionBackend(AttentionBackend):
+    """Reference backend on torch's scaled_dot_product_attention; the CPU default."""
+
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        table = self.req_to_token_pool.req_to_token
+        decode_rows, decode_reqs, extends = [], [], []
+        start = 0
+        for i, (row, ext, seq) in enumerate(
+            zip(batch.req_pool_indices, batch.extend_lens, batch.seq_lens)
+        ):
+            if ext == 1:
+                decode_rows.append(start)
+                decode_reqs.append(i)
+            else:
+                slots = table[row, :seq].long()
+                prefix = seq - ext
+                mask = None
+                if prefix > 0:
+                    kv_pos = torch.arange(seq)
+                    mask = kv_pos[None, :] <= (prefix + torch.arange(ext))[:, None]
+                extends.append((start, start + ext, slots, mask))
+            start += ext
+        meta = _TorchMetadata(None, None, None, extends)
+        if decode_reqs:
+            lens = torch.tensor([batch.seq_lens[i] for i in decode_reqs])
+            lmax = int(lens.max())
+            rows = torch.tensor([batch.req_pool_indices[i] for i in decode_reqs])
+            valid = torch.arange(lmax)[None, :] < lens[:, None]
+            slots = table[rows, :lmax].long() * valid
+            meta.decode_rows = torch.tensor(decode_rows)
+            meta.decode_slots = slots
+            meta.decode_mask = valid[:, None, None, :]
+        batch.metadata = meta
+
+    def forward(self, q, k, v, layer, batch):
+        self.kv_pool.set_kv(layer, batch.out_cache_loc, k, v)
+        k_buf, v_buf = self.kv_pool.k_buffers[layer], self.kv_pool.v_buffers[layer]
+        meta: _TorchMetadata = batch.metadata
+        out = torch.empty_like(q)
+        if meta.decode_rows is not None:
+            qd = q[meta.decode_rows].unsqueeze(2)  # [B, H, 1, d]
+            kd = k_buf[meta.decode_slots].transpose(1, 2)  # [B, KVH, L, d]
+            vd = v_buf[meta.decode_slots].transpose(1, 2)
+            od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask, enable_gqa=True)
+            out[meta.decode_rows] = od.squeeze(2)
+        for start, end, slots, mask in meta.extends:
+            qe = q[start:end].transpose(0, 1).unsqueeze(0)  # [1, H, L, d]
+            ke = k_buf[slots].transpose(0, 1).unsqueeze(0)  # [1, KVH, S, d]
+            ve = v_buf[slots].transpose(0, 1).unsqueeze(0)
+            oe = F.scaled_dot_product_attention(
+                qe, ke, ve, attn_mask=mask, is_causal=mask is None, enable_gqa=True
+            )
+            out[start:end] = oe.squeeze(0).transpose(0, 1)
+        return out.reshape(q.shape[0], -1)
+
+
+def create_attention_backend(
+    name: str, req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool
+) -> AttentionBackend:
+    if name == "torch":
+        return TorchAttentionBackend(req_to_token_pool, kv_pool)
+    if name == "triton":
+        from runtime.triton_attention import TritonAttentionBackend  # imports triton lazily
+
+        return TritonAttentionBackend(req_to_token_pool, kv_pool)
+    raise ValueError(f"attention_backend must be 'torch' or 'triton', got {name!r}")

@@ -1,0 +1,120 @@
+"""The offline engine: the scheduler in this process, driven until the given requests finish."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+
+from runtime.outputs import output_text, response_dict
+from runtime.request import Req
+from runtime.sampling_params import SamplingParams
+from runtime.scheduler import Scheduler
+from runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GenerateInput:
+    """One /generate body, normalised to lists (SGLang's single-or-batch conventions)."""
+
+    prompts: list[list[int]]
+    params: list[SamplingParams]
+    rids: list[str]
+    is_single: bool
+
+
+def normalize_generate_input(
+    tokenizer,
+    text: str | list[str] | None,
+    input_ids: list[int] | list[list[int]] | None,
+    sampling_params: dict | list[dict] | None,
+    rid: str | list[str] | None = None,
+) -> GenerateInput:
+    """Tokenize, validate and expand `n` copies; raises ValueError naming the bad field."""
+    if (text is None) == (input_ids is None):
+        raise ValueError("exactly one of text and input_ids must be given")
+    if text is not None:
+        is_single = isinstance(text, str)
+        texts = [text] if is_single else text
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise ValueError("text must be a string or a list of strings")
+        prompts = [tokenizer.encode(t, add_special_tokens=True) for t in texts]
+    else:
+        is_single = bool(input_ids) and all(isinstance(t, int) for t in input_ids)
+        prompts = [input_ids] if is_single else input_ids
+        if not isinstance(prompts, list) or not all(
+            isinstance(p, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
+            for p in prompts
+        ):
+            raise ValueError("input_ids must be a list of token ids or a list of such lists")
+    if not prompts:
+        raise ValueError("the batch is empty")
+    if isinstance(sampling_params, list):
+        if len(sampling_params) != len(prompts):
+            raise ValueError("sampling_params: a list must have one entry per prompt")
+        params = [SamplingParams.from_dict(p) for p in sampling_params]
+    else:
+        params = [SamplingParams.from_dict(sampling_params) for _ in prompts]
+    rids = [rid] if isinstance(rid, str) else rid
+    if rids is None:
+        rids = [uuid.uuid4().hex for _ in prompts]
+    if len(rids) != len(prompts):
+        raise ValueError("rid: give one id per prompt")
+    out_prompts, out_params, out_rids = [], [], []
+    for prompt, sp, r in zip(prompts, params, rids):
+        for i in range(sp.n):
+            out_prompts.append(prompt)
+            out_params.append(sp)
+            out_rids.append(r if sp.n == 1 else f"{r}-{i}")
+    return GenerateInput(out_prompts, out_params, out_rids, is_single and params[0].n == 1)
+
+
+class Engine:
+    """`Engine(model_path="smollm2", **server_args)`; `generate` returns what /generate returns."""
+
+    def __init__(self, **kwargs):
+        self.server_args = ServerArgs(**kwargs)
+        logging.basicConfig(level=self.server_args.log_level.upper())
+        self.scheduler = Scheduler(self.server_args)
+        self.tokenizer = self.scheduler.tokenizer
+
+    def generate(
+        self,
+        prompt: str | list[str] | None = None,
+        sampling_params: dict | list[dict] | None = None,
+        input_ids: list[int] | list[list[int]] | None = None,
+        return_logprob: bool = False,
+        logprob_start_len: int = -1,
+        top_logprobs_num: int = 0,
+        return_text_in_logprobs: bool = False,
+        rid: str | list[str] | None = None,
+    ) -> dict | list[dict]:
+        batch = normalize_generate_input(self.tokenizer, prompt, input_ids, sampling_params, rid)
+        reqs = [
+            Req(r, p, sp, return_logprob, logprob_start_len, top_logprobs_num)
+            for p, sp, r in zip(batch.prompts, batch.params, batch.rids)
+        ]
+        added = []
+        try:
+            for req in reqs:
+                self.scheduler.add_request(req)
+                added.append(req)
+        except ValueError:
+            for req in added:
+                self.scheduler.abort(req.rid)
+            raise
+        while not all(r.finished for r in reqs):
+            self.scheduler.step()
+        outs = [
+            response_dict(r, output_text(self.tokenizer, r), self.tokenizer, return_text_in_logprobs)
+            for r in reqs
+        ]
+        return outs[0] if batch.is_single else outs
+
+    def get_stats(self) -> dict:
+        return self.scheduler.get_stats()
+
+    def shutdown(self) -> None:
+        self.scheduler = None

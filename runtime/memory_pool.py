@@ -1,0 +1,76 @@
+"""KV memory: a per-request table of slot indices and per-layer K/V buffers with a slot allocator.
+
+Slot 0 of the KV pool is a zeroed padding slot that is never handed out, so padded gathers
+read finite values.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class ReqToTokenPool:
+    """[max_requests, max_context] int32 table: row r lists the KV slot of each token of request r."""
+
+    def __init__(self, max_requests: int, max_context: int, device: str = "cpu"):
+        self.max_context = max_context
+        self.req_to_token = torch.zeros((max_requests, max_context), dtype=torch.int32, device=device)
+        self.free_rows = list(range(max_requests))
+        self.size = max_requests
+
+    def alloc(self) -> int | None:
+        return self.free_rows.pop() if self.free_rows else None
+
+    def free(self, row: int) -> None:
+        self.free_rows.append(row)
+
+    def available(self) -> int:
+        return len(self.free_rows)
+
+
+class TokenToKVPool:
+    """Per-layer K and V buffers of shape [num_slots + 1, kv_heads, head_dim], page size 1."""
+
+    def __init__(
+        self,
+        num_slots: int,
+        num_layers: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: str = "cpu",
+    ):
+        self.size = num_slots
+        self.dtype = dtype
+        shape = (num_slots + 1, kv_heads, head_dim)
+        self.k_buffers = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v_buffers = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        for buf in self.k_buffers + self.v_buffers:
+            buf[0].zero_()
+        self.device = device
+        self.clear()
+
+    def clear(self) -> None:
+        self.free_slots = torch.arange(1, self.size + 1, dtype=torch.int64, device=self.device)
+
+    def available(self) -> int:
+        return int(self.free_slots.numel())
+
+    def alloc(self, n: int) -> torch.Tensor | None:
+        """Take n free slots, or return None (and take nothing) when fewer are free."""
+        if n > self.free_slots.numel():
+            return None
+        out, self.free_slots = self.free_slots[:n], self.free_slots[n:]
+        return out
+
+    def free(self, slots: torch.Tensor) -> None:
+        if slots.numel():
+            self.free_slots = torch.cat([self.free_slots, slots.to(torch.int64)])
+
+    def set_kv(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k_buffers[layer][loc] = k
+        self.v_buffers[layer][loc] = v
+
+    def bytes_per_token(self) -> int:
+        k = self.k_buffers[0]
+        return 2 * len(self.k_buffers) * k.shape[1] * k.shape[2] * k.element_size()
