@@ -96,24 +96,41 @@ class TorchAttentionBackend(AttentionBackend):
 
     def forward(self, q, k, v, layer, batch):
         self.kv_pool.set_kv(layer, batch.out_cache_loc, k, v)
-        k_buf, v_buf = self.kv_pool.k_buffers[layer], self.kv_pool.v_buffers[layer]
+        k_heads, v_heads = self.kv_pool.k_heads[layer], self.kv_pool.v_heads[layer]
         meta: _TorchMetadata = batch.metadata
         out = torch.empty_like(q)
         if meta.decode_rows is not None:
-            qd = q[meta.decode_rows].unsqueeze(2)  # [B, H, 1, d]
-            kd = k_buf[meta.decode_slots].transpose(1, 2)  # [B, KVH, L, d]
-            vd = v_buf[meta.decode_slots].transpose(1, 2)
-            od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask, enable_gqa=True)
-            out[meta.decode_rows] = od.squeeze(2)
+            out[meta.decode_rows] = self._decode(q[meta.decode_rows], k_heads, v_heads, meta)
         for start, end, slots, mask in meta.extends:
             qe = q[start:end].transpose(0, 1).unsqueeze(0)  # [1, H, L, d]
-            ke = k_buf[slots].transpose(0, 1).unsqueeze(0)  # [1, KVH, S, d]
-            ve = v_buf[slots].transpose(0, 1).unsqueeze(0)
+            ke = k_heads.index_select(1, slots).unsqueeze(0)  # [1, KVH, S, d]
+            ve = v_heads.index_select(1, slots).unsqueeze(0)
             oe = F.scaled_dot_product_attention(
                 qe, ke, ve, attn_mask=mask, is_causal=mask is None, enable_gqa=True
             )
             out[start:end] = oe.squeeze(0).transpose(0, 1)
         return out.reshape(q.shape[0], -1)
+
+    @staticmethod
+    def _decode(q, k_heads, v_heads, meta: _TorchMetadata) -> torch.Tensor:
+        # Plain bmm per KV head: torch's CPU flash kernel is slow for one query per request,
+        # and the head-major pool makes each head's gathered block contiguous for BLAS.
+        batch, heads, dim = q.shape
+        kv_heads = k_heads.shape[0]
+        group = heads // kv_heads
+        length = meta.decode_slots.shape[1]
+        flat = meta.decode_slots.reshape(-1)
+        mask = ~meta.decode_mask[:, 0]  # [B, 1, L]
+        out = torch.empty_like(q)
+        for h in range(kv_heads):
+            qh = q[:, h * group : (h + 1) * group]  # [B, G, d]
+            k = k_heads[h].index_select(0, flat).view(batch, length, dim)
+            v = v_heads[h].index_select(0, flat).view(batch, length, dim)
+            scores = torch.bmm(qh, k.transpose(1, 2)).float() * dim**-0.5
+            scores.masked_fill_(mask, float("-inf"))
+            probs = torch.softmax(scores, dim=-1).to(v.dtype)
+            out[:, h * group : (h + 1) * group] = torch.bmm(probs, v)
+        return out
 
 
 def create_attention_backend(

@@ -29,7 +29,12 @@ class ReqToTokenPool:
 
 
 class TokenToKVPool:
-    """Per-layer K and V buffers of shape [num_slots + 1, kv_heads, head_dim], page size 1."""
+    """Per-layer K and V buffers of shape [num_slots + 1, kv_heads, head_dim], page size 1.
+
+    The memory is laid out head-major ([kv_heads, slots, head_dim], `k_heads`/`v_heads`) and
+    `k_buffers`/`v_buffers` are [slots, kv_heads, head_dim] views of it: gathering a request's
+    slots then yields contiguous per-head blocks, which CPU matmuls need to run fast.
+    """
 
     def __init__(
         self,
@@ -42,11 +47,13 @@ class TokenToKVPool:
     ):
         self.size = num_slots
         self.dtype = dtype
-        shape = (num_slots + 1, kv_heads, head_dim)
-        self.k_buffers = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_buffers = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        for buf in self.k_buffers + self.v_buffers:
-            buf[0].zero_()
+        shape = (kv_heads, num_slots + 1, head_dim)
+        self.k_heads = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v_heads = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        for buf in self.k_heads + self.v_heads:
+            buf[:, 0].zero_()
+        self.k_buffers = [buf.transpose(0, 1) for buf in self.k_heads]
+        self.v_buffers = [buf.transpose(0, 1) for buf in self.v_heads]
         self.device = device
         self.clear()
 
@@ -72,5 +79,5 @@ class TokenToKVPool:
         self.v_buffers[layer][loc] = v
 
     def bytes_per_token(self) -> int:
-        k = self.k_buffers[0]
-        return 2 * len(self.k_buffers) * k.shape[1] * k.shape[2] * k.element_size()
+        k = self.k_heads[0]
+        return 2 * len(self.k_heads) * k.shape[0] * k.shape[2] * k.element_size()
