@@ -52,6 +52,9 @@ class Req:
         self.req_pool_idx: int | None = None
         self.kv_len = 0  # leading tokens of all_ids whose KV is in the pool
         self.cached_tokens = 0  # prompt tokens reused from the prefix cache
+        self.prefix_len = 0  # leading KV slots that belong to the prefix cache, locked by us
+        self.last_node = None  # prefix-cache handle of those slots
+        self.admitted_before = False
         self.finished_reason: FinishReason | None = None
         self.generator = (
             torch.Generator().manual_seed(sampling_params.seed)

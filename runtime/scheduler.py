@@ -8,6 +8,7 @@ of the sequence the last row's logits sample the next token.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -17,11 +18,22 @@ from runtime.attention import ForwardBatch
 from runtime.model_loader import load_tokenizer
 from runtime.model_runner import ModelRunner
 from runtime.prefix_cache import NoPrefixCache, PrefixCache
+from runtime.radix_cache import RadixCache, common_prefix_length
+from runtime.schedule_policy import match_len_limit, order_waiting
 from runtime.request import FinishReason, Req
 from runtime.sampler import prompt_logprobs, sample
 from runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
+
+# Admission reserves room for running requests' future output scaled by a ratio that starts
+# pessimistic, decays each step as requests finish early, and resets after a retraction.
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.1
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+# A waiting request that shares at least this many uncached tokens with one admitted in the
+# same step waits one step, so it reuses that request's prefix instead of recomputing it.
+IN_BATCH_SHARE_MIN = 32
 
 
 class RequestError(ValueError):
@@ -64,7 +76,10 @@ class Scheduler:
         self.context_length = self.runner.context_length
         self.kv_pool = self.runner.kv_pool
         self.req_to_token_pool = self.runner.req_to_token_pool
-        self.cache: PrefixCache = NoPrefixCache(self.req_to_token_pool, self.kv_pool)
+        cache_cls = NoPrefixCache if args.disable_radix_cache else RadixCache
+        self.cache: PrefixCache = cache_cls(self.req_to_token_pool, self.kv_pool)
+        self.new_token_ratio = self.args_new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.rng = random.Random(args.random_seed)
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.stats = SchedulerStats()
@@ -79,6 +94,8 @@ class Scheduler:
             raise RequestError(
                 f"the prompt has {len(prompt)} tokens; this model's context is {self.context_length}"
             )
+        if len(prompt) + 1 > self.kv_pool.size:
+            raise RequestError(f"the prompt has {len(prompt)} tokens; the KV pool holds {self.kv_pool.size}")
         if min(prompt) < 0 or max(prompt) >= self.vocab_size:
             raise RequestError(f"input_ids must lie in [0, {self.vocab_size})")
         req.sampling_params.validate(self.vocab_size)
@@ -102,8 +119,11 @@ class Scheduler:
 
     def get_stats(self) -> dict:
         """Counters plus the state of KV memory."""
+        prompt = max(self.stats.cached_prompt_tokens + self.stats.computed_prompt_tokens, 1)
         return {
             **vars(self.stats),
+            "cache_hit_rate": self.stats.cached_prompt_tokens / prompt,
+            "new_token_ratio": self.new_token_ratio,
             "waiting": len(self.waiting),
             "running": len(self.running),
             "kv_pool_size": self.kv_pool.size,
@@ -112,6 +132,14 @@ class Scheduler:
             "evictable": self.cache.evictable_size(),
             "protected": self.cache.protected_size(),
         }
+
+    def flush_cache(self) -> bool:
+        """Drop every cached prefix; refused (False) while requests are queued or running."""
+        if self.has_work():
+            return False
+        self.cache.reset()
+        self.kv_pool.clear()
+        return True
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -128,60 +156,119 @@ class Scheduler:
         self.stats.forward_steps += 1
         return self._process(plan, logits)
 
-    def _reserved_tokens(self, req: Req) -> int:
-        """KV slots a request may still need before it finishes."""
+    # ---- admission ---------------------------------------------------------------------------
+    def _future_tokens(self, req: Req) -> float:
+        """KV slots a running request is expected to need: its unprefilled part plus its
+        remaining output scaled by the new-token ratio (most requests stop early)."""
         final = min(len(req.origin_input_ids) + req.sampling_params.max_new_tokens, self.context_length)
-        return max(final - req.kv_len, 0)
+        remaining_out = max(final - max(req.seq_len, req.kv_len), 0)
+        return (req.seq_len - req.kv_len) + remaining_out * self.new_token_ratio
 
     def _admit(self) -> None:
-        free = self.kv_pool.available() + self.cache.evictable_size()
-        free -= sum(self._reserved_tokens(r) for r in self.running)
+        if not self.waiting or len(self.running) >= self.args.max_running_requests:
+            return
+        reserved = sum(self._future_tokens(r) for r in self.running)
         pending_prefill = sum(r.seq_len - r.kv_len for r in self.running if r.seq_len - r.kv_len > 1)
-        while self.waiting and len(self.running) < self.args.max_running_requests:
-            req = self.waiting[0]
-            need = self._reserved_tokens(req)
-            if need > free or pending_prefill >= self.args.max_prefill_tokens:
+        admitted_prompts: list[list[int]] = []
+        for req in order_waiting(self.args.schedule_policy, self.waiting, self.cache, self.rng):
+            if len(self.running) >= self.args.max_running_requests:
+                break
+            if pending_prefill >= self.args.max_prefill_tokens:
+                break
+            cached, node = self.cache.match_prefix(req.all_ids[: match_len_limit(req)])
+            if self._shares_uncached_prefix(req, len(cached), admitted_prompts):
+                continue  # admitted next step, when the sibling's prefix is in the tree
+            free = self.kv_pool.available() + self.cache.evictable_size() - reserved
+            need = self._future_tokens(req) - len(cached)
+            if need > free and self.running:
                 break
             row = self.req_to_token_pool.alloc()
             if row is None:
                 break
-            self.waiting.pop(0)
+            self.waiting.remove(req)
             req.req_pool_idx = row
-            self._attach_prefix(req)
-            free -= need
+            self._attach_prefix(req, cached, node)
+            reserved += self._future_tokens(req)
             pending_prefill += req.seq_len - req.kv_len
+            admitted_prompts.append(req.all_ids)
             self.running.append(req)
 
-    def _attach_prefix(self, req: Req) -> None:
-        """Point the request at whatever prefix of it the cache holds."""
-        req.kv_len = 0
+    @staticmethod
+    def _shares_uncached_prefix(req: Req, cached: int, admitted: list[list[int]]) -> bool:
+        ids = req.all_ids
+        return any(common_prefix_length(ids, other) - cached >= IN_BATCH_SHARE_MIN for other in admitted)
+
+    def _attach_prefix(self, req: Req, cached: torch.Tensor, node) -> None:
+        """Point the request at the cached prefix of it and lock that prefix."""
+        n = len(cached)
+        self.req_to_token_pool.req_to_token[req.req_pool_idx, :n] = cached.to(torch.int32)
+        self.cache.lock(node)
+        req.last_node, req.prefix_len, req.kv_len = node, n, n
+        if not req.admitted_before:
+            req.cached_tokens = n
+            req.admitted_before = True
+            self.stats.cached_prompt_tokens += n
         if req.logprob_start_len == 0 and not req.input_token_logprobs:
             req.input_token_logprobs.append((None, req.origin_input_ids[0]))
             req.input_top_logprobs.append(None)
 
+    # ---- memory ------------------------------------------------------------------------------
+    def _make_room(self, needed: int) -> bool:
+        """Evict cached prefixes until `needed` slots are free; False if that is impossible."""
+        short = needed - self.kv_pool.available()
+        if short > 0:
+            self.cache.evict(short)
+        return self.kv_pool.available() >= needed
+
+    def _retract_for_decode(self) -> None:
+        """When the next decode step cannot get one slot per request, send back the requests
+        that lose least (fewest generated tokens); they resume later from the cache."""
+        while True:
+            decoding = [r for r in self.running if r.seq_len - r.kv_len == 1]
+            if self._make_room(len(decoding)) or not decoding:
+                return
+            if len(self.running) == 1:
+                req = self.running[0]
+                req.finished_reason = FinishReason("abort", message="the KV cache cannot hold this request")
+                self._retire(req)
+                return
+            victim = min(self.running, key=lambda r: (len(r.output_ids), -r.seq_len))
+            self._retract(victim)
+
+    def _retract(self, req: Req) -> None:
+        self.running.remove(req)
+        self.cache.cache_finished_req(req)
+        self.req_to_token_pool.free(req.req_pool_idx)
+        req.req_pool_idx, req.kv_len = None, 0
+        self.waiting.insert(0, req)
+        self.new_token_ratio = self.args_new_token_ratio
+        self.stats.retractions += 1
+
+    # ---- planning ----------------------------------------------------------------------------
     def _plan(self) -> list[_Planned]:
-        plan, budget = [], self.args.max_prefill_tokens
+        self._retract_for_decode()
+        plan = [_Planned(r, r.kv_len, 1) for r in self.running if r.seq_len - r.kv_len == 1]
+        memory = self.kv_pool.available() + self.cache.evictable_size() - len(plan)
+        budget = self.args.max_prefill_tokens
         chunk_cap = self.args.chunked_prefill_size if self.args.chunked_prefill_size > 0 else None
-        for req in self.running:
-            remaining = req.seq_len - req.kv_len
-            if remaining == 1:
-                plan.append(_Planned(req, req.kv_len, 1))
         for req in self.running:
             remaining = req.seq_len - req.kv_len
             if remaining <= 1:
                 continue
-            if budget <= 0:
+            n = min(remaining, budget, memory, chunk_cap or remaining)
+            if n <= 0:
                 break
-            n = min(remaining, budget, chunk_cap or remaining)
             plan.append(_Planned(req, req.kv_len, n))
             budget -= n
+            memory -= n
+        self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
         return plan
 
     def _build_batch(self, plan: list[_Planned]) -> ForwardBatch:
         total = sum(p.length for p in plan)
+        if not self._make_room(total):
+            raise RuntimeError(f"KV pool cannot supply {total} slots after eviction")
         slots = self.kv_pool.alloc(total)
-        if slots is None:
-            raise RuntimeError("KV pool exhausted despite reservation")
         table = self.req_to_token_pool.req_to_token
         ids, positions, logit_rows = [], [], []
         offset = 0
@@ -247,6 +334,8 @@ class Scheduler:
             if req.finished:
                 req.finished_at = now
                 self._retire(req)
+            elif p.length > 1:
+                self.cache.cache_unfinished_req(req)  # share the new prefix right away
         return touched
 
     def _check_finished(self, req: Req) -> None:
