@@ -56,7 +56,7 @@ class AttentionBackend(ABC):
 class _TorchMetadata:
     decode_rows: torch.Tensor | None  # rows of q that are decodes
     decode_slots: torch.Tensor | None  # [B, Lmax] KV slots, padded with slot 0
-    decode_mask: torch.Tensor | None  # [B, 1, 1, Lmax] True where a real slot
+    decode_mask: torch.Tensor | None  # [KVH * B, 1, Lmax] True where padding; None if none
     extends: list[tuple[int, int, torch.Tensor, torch.Tensor | None]]  # q start, end, slots, mask
 
 
@@ -88,10 +88,11 @@ class TorchAttentionBackend(AttentionBackend):
             lmax = int(lens.max())
             rows = torch.tensor([batch.req_pool_indices[i] for i in decode_reqs])
             valid = torch.arange(lmax)[None, :] < lens[:, None]
-            slots = table[rows, :lmax].long() * valid
             meta.decode_rows = torch.tensor(decode_rows)
-            meta.decode_slots = slots
-            meta.decode_mask = valid[:, None, None, :]
+            meta.decode_slots = table[rows, :lmax].long() * valid
+            if not bool(valid.all()):
+                kv_heads = self.kv_pool.k_heads[0].shape[0]
+                meta.decode_mask = (~valid).repeat(kv_heads, 1)[:, None, :]  # [KVH*B, 1, L]
         batch.metadata = meta
 
     def forward(self, q, k, v, layer, batch):
@@ -113,24 +114,27 @@ class TorchAttentionBackend(AttentionBackend):
 
     @staticmethod
     def _decode(q, k_heads, v_heads, meta: _TorchMetadata) -> torch.Tensor:
-        # Plain bmm per KV head: torch's CPU flash kernel is slow for one query per request,
-        # and the head-major pool makes each head's gathered block contiguous for BLAS.
+        # Plain bmm over (kv head, request) pairs: torch's CPU flash kernel is slow for one query
+        # per request, and gathering each head's slots row-wise keeps every block BLAS-ready.
         batch, heads, dim = q.shape
         kv_heads = k_heads.shape[0]
         group = heads // kv_heads
         length = meta.decode_slots.shape[1]
         flat = meta.decode_slots.reshape(-1)
-        mask = ~meta.decode_mask[:, 0]  # [B, 1, L]
-        out = torch.empty_like(q)
+        k = q.new_empty(kv_heads, batch * length, dim)
+        v = q.new_empty(kv_heads, batch * length, dim)
         for h in range(kv_heads):
-            qh = q[:, h * group : (h + 1) * group]  # [B, G, d]
-            k = k_heads[h].index_select(0, flat).view(batch, length, dim)
-            v = v_heads[h].index_select(0, flat).view(batch, length, dim)
-            scores = torch.bmm(qh, k.transpose(1, 2)).float() * dim**-0.5
-            scores.masked_fill_(mask, float("-inf"))
-            probs = torch.softmax(scores, dim=-1).to(v.dtype)
-            out[:, h * group : (h + 1) * group] = torch.bmm(probs, v)
-        return out
+            torch.index_select(k_heads[h], 0, flat, out=k[h])
+            torch.index_select(v_heads[h], 0, flat, out=v[h])
+        k = k.view(kv_heads * batch, length, dim)
+        v = v.view(kv_heads * batch, length, dim)
+        qg = q.view(batch, kv_heads, group, dim).transpose(0, 1).reshape(kv_heads * batch, group, dim)
+        scores = torch.bmm(qg, k.transpose(1, 2)).float() * dim**-0.5
+        if meta.decode_mask is not None:
+            scores.masked_fill_(meta.decode_mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(v.dtype)
+        out = torch.bmm(probs, v).view(kv_heads, batch, group, dim)
+        return out.transpose(0, 1).reshape(batch, heads, dim)
 
 
 def create_attention_backend(

@@ -60,6 +60,7 @@ class SchedulerStats:
     finished_requests: int = 0
     aborted_requests: int = 0
     retractions: int = 0
+    evicted_tokens: int = 0
 
 
 class Scheduler:
@@ -217,7 +218,7 @@ class Scheduler:
         """Evict cached prefixes until `needed` slots are free; False if that is impossible."""
         short = needed - self.kv_pool.available()
         if short > 0:
-            self.cache.evict(short)
+            self.stats.evicted_tokens += self.cache.evict(short)
         return self.kv_pool.available() >= needed
 
     def _retract_for_decode(self) -> None:

@@ -89,6 +89,11 @@ def check_model(folder: str, backend: str = "torch"):
     for i in range(2, len(c)):
         (lc,) = ours.forward([("c", [c[i]], i)])
         assert (lc[0] - ref["c"][i]).abs().max() < TOL, f"decode step {i}"
+    # a batched decode step over requests of different lengths (padding is masked)
+    extra = [7, 8, 9]
+    outs = ours.forward([(n, [t], len(p)) for n, p, t in zip("abc", (a, b, c), extra)])
+    for out, p, t in zip(outs, (a, b, c), extra):
+        assert (out[0] - hf_logits(hf, p + [t])[-1]).abs().max() < TOL
 
 
 def test_tiny_models_match_transformers(tiny_model):
