@@ -6,7 +6,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-from runtime.outputs import output_text, response_dict
+from runtime.outputs import GenerationResult
 from runtime.request import Req
 from runtime.sampling_params import SamplingParams
 from runtime.scheduler import Scheduler
@@ -108,7 +108,7 @@ class Engine:
         while not all(r.finished for r in reqs):
             self.scheduler.step()
         outs = [
-            response_dict(r, output_text(self.tokenizer, r), self.tokenizer, return_text_in_logprobs)
+            GenerationResult.from_req(r, self.tokenizer).to_response(self.tokenizer, return_text_in_logprobs)
             for r in reqs
         ]
         return outs[0] if batch.is_single else outs

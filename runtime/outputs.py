@@ -1,59 +1,120 @@
-"""The response shape of /generate (and Engine.generate), built from a finished request."""
+"""Output text (incremental, stop-trimmed) and the /generate response shape."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from runtime.request import Req
 
 
-def output_text(tokenizer, req: Req) -> str:
-    """Decode a request's output, trimming a matched stop token or stop string (unless asked not to)."""
-    sp = req.sampling_params
-    ids = req.output_ids
-    reason = req.finished_reason
-    matched = reason.matched if reason is not None and reason.type == "stop" else None
-    if isinstance(matched, int) and not sp.no_stop_trim and ids and ids[-1] == matched:
-        ids = ids[:-1]
-    text = tokenizer.decode(
-        ids,
-        skip_special_tokens=sp.skip_special_tokens,
-        spaces_between_special_tokens=sp.spaces_between_special_tokens,
-    )
-    if isinstance(matched, str) and not sp.no_stop_trim:
-        cut = text.find(matched)
-        if cut >= 0:
-            text = text[:cut]
-    return text
+class IncrementalDecoder:
+    """Turns a growing list of token ids into text deltas.
+
+    A delta never ends inside a multi-byte character, never shows text that may still turn out
+    to be the start of a stop string, and the final text is trimmed at the matched stop token
+    or stop string unless `no_stop_trim` is set.
+    """
+
+    def __init__(self, tokenizer, skip_special_tokens=True, stop_strings=(), no_stop_trim=False):
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.stop_strings = list(stop_strings)
+        self.no_stop_trim = no_stop_trim
+        self.ids: list[int] = []
+        self.sent = 0  # characters already returned
+
+    def push(self, new_ids: list[int], finish_reason: dict | None = None) -> str:
+        self.ids.extend(new_ids)
+        if finish_reason is not None:
+            text = self.final_text(finish_reason)
+        else:
+            text = self._decode(self.ids)
+            if text.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its bytes
+                return ""
+            hold = max((len(s) for s in self.stop_strings), default=1) - 1
+            text = text[: len(text) - hold] if hold else text
+        delta = text[self.sent :]
+        self.sent = max(self.sent, len(text))
+        return delta
+
+    def final_text(self, finish_reason: dict | None) -> str:
+        matched = (finish_reason or {}).get("matched") if (finish_reason or {}).get("type") == "stop" else None
+        ids = self.ids
+        if isinstance(matched, int) and not self.no_stop_trim and ids and ids[-1] == matched:
+            ids = ids[:-1]
+        text = self._decode(ids)
+        if isinstance(matched, str) and not self.no_stop_trim:
+            cut = text.find(matched)
+            if cut >= 0:
+                text = text[:cut]
+        return text
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
 
-def _logprob_list(pairs, tokenizer, with_text: bool) -> list:
-    if with_text:
-        return [[lp, tid, tokenizer.decode([tid])] for lp, tid in pairs]
-    return [[lp, tid, None] for lp, tid in pairs]
+@dataclass
+class GenerationResult:
+    """Everything a /generate response reports about one request."""
 
+    rid: str
+    text: str
+    output_ids: list[int]
+    finish_reason: dict | None
+    prompt_tokens: int
+    cached_tokens: int
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    input_token_logprobs: list = field(default_factory=list)
+    input_top_logprobs: list = field(default_factory=list)
+    output_token_logprobs: list = field(default_factory=list)
+    output_top_logprobs: list = field(default_factory=list)
+    e2e_latency: float | None = None
+    ttft: float | None = None
 
-def response_dict(req: Req, text: str, tokenizer, return_text_in_logprobs: bool = False) -> dict:
-    """{"text", "output_ids", "meta_info"} as SGLang's /generate returns it."""
-    reason = req.finished_reason
-    meta = {
-        "id": req.rid,
-        "finish_reason": reason.to_json() if reason else None,
-        "prompt_tokens": len(req.origin_input_ids),
-        "completion_tokens": len(req.output_ids),
-        "cached_tokens": req.cached_tokens,
-    }
-    if req.finished_at is not None:
-        meta["e2e_latency"] = req.finished_at - req.created_at
-    if req.first_token_at is not None:
-        meta["ttft"] = req.first_token_at - req.created_at
-    if req.return_logprob:
-        meta["input_token_logprobs"] = _logprob_list(req.input_token_logprobs, tokenizer, return_text_in_logprobs)
-        meta["output_token_logprobs"] = _logprob_list(req.output_token_logprobs, tokenizer, return_text_in_logprobs)
-        if req.top_logprobs_num:
-            meta["input_top_logprobs"] = [
-                None if top is None else _logprob_list(top, tokenizer, return_text_in_logprobs)
-                for top in req.input_top_logprobs
-            ]
-            meta["output_top_logprobs"] = [
-                _logprob_list(top, tokenizer, return_text_in_logprobs) for top in req.output_top_logprobs
-            ]
-    return {"text": text, "output_ids": list(req.output_ids), "meta_info": meta}
+    @classmethod
+    def from_req(cls, req: Req, tokenizer) -> GenerationResult:
+        sp = req.sampling_params
+        decoder = IncrementalDecoder(tokenizer, sp.skip_special_tokens, sp.stop, sp.no_stop_trim)
+        decoder.ids = list(req.output_ids)
+        reason = req.finished_reason.to_json() if req.finished_reason else None
+        return cls(
+            rid=req.rid,
+            text=decoder.final_text(reason),
+            output_ids=list(req.output_ids),
+            finish_reason=reason,
+            prompt_tokens=len(req.origin_input_ids),
+            cached_tokens=req.cached_tokens,
+            return_logprob=req.return_logprob,
+            top_logprobs_num=req.top_logprobs_num,
+            input_token_logprobs=req.input_token_logprobs,
+            input_top_logprobs=req.input_top_logprobs,
+            output_token_logprobs=req.output_token_logprobs,
+            output_top_logprobs=req.output_top_logprobs,
+            e2e_latency=None if req.finished_at is None else req.finished_at - req.created_at,
+            ttft=None if req.first_token_at is None else req.first_token_at - req.created_at,
+        )
+
+    def to_response(self, tokenizer, return_text_in_logprobs: bool = False) -> dict:
+        """{"text", "output_ids", "meta_info"} as SGLang's /generate returns it."""
+        meta = {
+            "id": self.rid,
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": len(self.output_ids),
+            "cached_tokens": self.cached_tokens,
+        }
+        if self.e2e_latency is not None:
+            meta["e2e_latency"] = self.e2e_latency
+        if self.ttft is not None:
+            meta["ttft"] = self.ttft
+        if self.return_logprob:
+            def fmt(pairs):
+                return [[lp, tid, tokenizer.decode([tid]) if return_text_in_logprobs else None] for lp, tid in pairs]
+
+            meta["input_token_logprobs"] = fmt(self.input_token_logprobs)
+            meta["output_token_logprobs"] = fmt(self.output_token_logprobs)
+            if self.top_logprobs_num:
+                meta["input_top_logprobs"] = [None if t is None else fmt(t) for t in self.input_top_logprobs]
+                meta["output_top_logprobs"] = [fmt(t) for t in self.output_top_logprobs]
+        return {"text": self.text, "output_ids": self.output_ids, "meta_info": meta}

@@ -1,0 +1,289 @@
+"""The HTTP server: FastAPI routes for the native API and the OpenAI-compatible API, and the
+launcher that starts the scheduler and detokenizer processes behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from runtime.metrics import ServerMetrics
+from runtime.openai_api import BadRequest, ChatCompletionRequest, CompletionRequest, OpenAIServing
+from runtime.server_args import ServerArgs
+from runtime.tokenizer_manager import RequestRejected, TokenizerManager
+
+logger = logging.getLogger(__name__)
+
+
+class GenerateRequest(BaseModel):
+    """Body of POST /generate (SGLang's field names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    sampling_params: dict | list[dict] | None = None
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
+    stream: bool = False
+    rid: str | list[str] | None = None
+
+
+def error(status: int, message: str, param: str | None = None) -> JSONResponse:
+    kind = "invalid_request_error" if status == 400 else "authentication_error" if status == 401 else "server_error"
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}}, status_code=status
+    )
+
+
+async def parse_body(request: Request, model: type[BaseModel]):
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise BadRequest(f"the body is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or None
+        raise BadRequest(f"{field}: {first['msg']}", field) from e
+
+
+def json_response(obj) -> Response:
+    return Response(orjson.dumps(obj), media_type="application/json")
+
+
+def create_app(args: ServerArgs, info: dict, tm: TokenizerManager, metrics: ServerMetrics) -> FastAPI:
+    app = FastAPI(title="radixgen")
+    served = [os.path.basename(args.model_path.rstrip("/")), args.model_path, "default"]
+    openai = OpenAIServing(tm, list(dict.fromkeys(served)), info["context_length"])
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        tm.start()
+        if args.api_key and request.url.path != "/health":
+            if request.headers.get("authorization") != f"Bearer {args.api_key}":
+                return error(401, "missing or wrong API key (Authorization: Bearer <key>)")
+        try:
+            return await call_next(request)
+        except BadRequest as e:
+            return error(400, str(e), e.param)
+        except (ValueError, RequestRejected) as e:
+            return error(400, str(e))
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(_, e: BadRequest):
+        return error(400, str(e), e.param)
+
+    @app.exception_handler(ValueError)
+    async def bad_value(_, e: ValueError):
+        return error(400, str(e))
+
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200)
+
+    @app.get("/health_generate")
+    async def health_generate():
+        params = tm.prepare(None, [1, 2, 3], {"max_new_tokens": 1}).params[0]
+        state = tm.submit(f"health-{time.monotonic_ns()}", [1, 2, 3], params)
+        await asyncio.wait_for(tm.wait_result(state), timeout=60)
+        return Response(status_code=200)
+
+    @app.get("/get_model_info")
+    async def model_info():
+        return {
+            "model_path": args.model_path,
+            "model_folder": info["model_folder"],
+            "tokenizer_path": info["model_folder"],
+            "is_generation": True,
+            "chat_template": getattr(tm.tokenizer, "chat_template", None),
+            "vocab_size": info["vocab_size"],
+            "context_length": info["context_length"],
+            "max_total_tokens": info["kv_pool_size"],
+        }
+
+    @app.get("/get_server_info")
+    async def server_info():
+        return {"server_args": vars(args) | {"api_key": None}, "stats": tm.stats}
+
+    @app.get("/metrics")
+    async def metrics_text():
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.post("/flush_cache")
+    async def flush_cache():
+        ok = await tm.flush_cache()
+        if not ok:
+            return error(400, "cache not flushed: requests are still running")
+        return Response("cache flushed", status_code=200)
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request):
+        body = json.loads(await request.body() or b"{}")
+        rid = body.get("rid") if isinstance(body, dict) else None
+        if not isinstance(rid, str):
+            raise BadRequest("rid must be a string", "rid")
+        tm.abort(rid)
+        return Response(status_code=200)
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        body = await parse_body(request, GenerateRequest)
+        batch = tm.prepare(body.text, body.input_ids, body.sampling_params, body.rid)
+        for p in batch.prompts:
+            openai.validate_prompt(p, "input_ids" if body.input_ids is not None else "text")
+        for sp in batch.params:
+            sp.validate(info["vocab_size"])
+        states = [
+            tm.submit(rid, p, sp, body.return_logprob, body.logprob_start_len, body.top_logprobs_num, body.stream)
+            for p, sp, rid in zip(batch.prompts, batch.params, batch.rids)
+        ]
+        if body.stream:
+            async def events():
+                finished_sent = set()
+                async for i, delta in openai._merged(states):
+                    res = states[i].result
+                    if res is None or i in finished_sent or (delta is None and res.finish_reason is None):
+                        continue
+                    out = res.to_response(tm.tokenizer, body.return_text_in_logprobs)
+                    if not batch.is_single:
+                        out["index"] = i
+                    if res.finish_reason is not None:
+                        finished_sent.add(i)
+                    yield f"data: {orjson.dumps(out).decode()}\n\n"
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+        results = await asyncio.gather(*(tm.wait_result(s, request.is_disconnected) for s in states))
+        outs = [r.to_response(tm.tokenizer, body.return_text_in_logprobs) for r in results]
+        return json_response(outs[0] if batch.is_single else outs)
+
+    @app.get("/v1/models")
+    async def models():
+        return openai.models()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await parse_body(request, CompletionRequest)
+        out = await openai.completions(body, request.is_disconnected)
+        if body.stream:
+            return StreamingResponse(out, media_type="text/event-stream")
+        return json_response(out)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await parse_body(request, ChatCompletionRequest)
+        out = await openai.chat(body, request.is_disconnected)
+        if body.stream:
+            return StreamingResponse(out, media_type="text/event-stream")
+        return json_response(out)
+
+    return app
+
+
+class ServerProcesses:
+    """The scheduler and detokenizer children, their ipc sockets, and their shutdown."""
+
+    def __init__(self, args: ServerArgs):
+        self.args = args
+        self.ipc_dir = tempfile.mkdtemp(prefix="radixgen-")
+        self.paths = {n: os.path.join(self.ipc_dir, n) for n in ("scheduler", "detokenizer", "tokenizer")}
+        self.children: list[mp.Process] = []
+
+    def start(self) -> dict:
+        from runtime.processes import run_detokenizer_process, run_scheduler_process
+
+        ctx = mp.get_context("spawn")
+        reader, writer = ctx.Pipe(duplex=False)
+        sched = ctx.Process(
+            target=run_scheduler_process,
+            args=(self.args, self.paths["scheduler"], self.paths["detokenizer"], writer),
+            name="radixgen-scheduler",
+            daemon=True,
+        )
+        sched.start()
+        self.children.append(sched)
+        while not reader.poll(1.0):
+            if not sched.is_alive():
+                raise RuntimeError(f"the scheduler process exited with code {sched.exitcode} while loading")
+        info = reader.recv()
+        if info["status"] != "ready":
+            raise RuntimeError(f"the scheduler process failed to start:\n{info['error']}")
+        detok = ctx.Process(
+            target=run_detokenizer_process,
+            args=(self.args, info["model_folder"], self.paths["detokenizer"], self.paths["tokenizer"]),
+            name="radixgen-detokenizer",
+            daemon=True,
+        )
+        detok.start()
+        self.children.append(detok)
+        return info
+
+    def watch(self, on_death) -> None:
+        """Call on_death(name, exitcode) from a thread when a child dies."""
+
+        def loop():
+            while True:
+                for child in self.children:
+                    if not child.is_alive():
+                        on_death(child.name, child.exitcode)
+                        return
+                time.sleep(0.5)
+
+        threading.Thread(target=loop, daemon=True, name="child-watchdog").start()
+
+    def stop(self) -> None:
+        for child in self.children:
+            if child.is_alive():
+                child.terminate()
+        for child in self.children:
+            child.join(timeout=5)
+            if child.is_alive():
+                child.kill()
+        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+
+
+def launch_server(args: ServerArgs) -> None:
+    """Start the children, then serve HTTP until Ctrl-C, SIGTERM, or a child's death."""
+    import uvicorn
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s: %(message)s")
+    procs = ServerProcesses(args)
+    try:
+        info = procs.start()
+        metrics = ServerMetrics()
+        tm = TokenizerManager(info["model_folder"], procs.paths["scheduler"], procs.paths["tokenizer"], metrics)
+        app = create_app(args, info, tm, metrics)
+
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level="warning", loop="uvloop",
+            timeout_graceful_shutdown=3,
+        )
+        server = uvicorn.Server(config)
+
+        def on_death(name, code):
+            logger.error("%s process died (exit code %s); shutting the server down", name, code)
+            server.should_exit = server.force_exit = True
+
+        procs.watch(on_death)
+        logger.info("ready on http://%s:%d", args.host, args.port)
+        server.run()
+    finally:
+        procs.stop()
