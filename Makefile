@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
+PORT ?= 30000
+
 .PHONY: install test test-all serve demo bench lint
 
 $(STAMP): pyproject.toml Makefile
@@ -24,11 +26,16 @@ test: install
 test-all: install
 	$(PY) -m pytest -q tests
 
+serve: install
+	$(PY) -m runtime.launch_server --model-path smollm2 --port $(PORT)
+
 demo: install
 	$(PY) examples/demo.py
 
 bench: install
 	$(PY) benchmarks/bench_offline.py
+	$(PY) benchmarks/bench_prefix_cache.py
+	$(PY) benchmarks/bench_serving.py
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -100,7 +100,9 @@ class SchedulerLoop:
                 if req is not None and self.scheduler.abort(msg.rid):
                     outputs.append(self._output(req))
             elif isinstance(msg, FlushCacheReq):
-                self.send.send_pyobj(FlushCacheResp(self.scheduler.flush_cache()))
+                ok = self.scheduler.flush_cache()
+                self.send.send_pyobj(BatchTokenOut([], self.scheduler.get_stats()))  # stats first
+                self.send.send_pyobj(FlushCacheResp(ok))
         if outputs:
             self.send.send_pyobj(BatchTokenOut(outputs, self.scheduler.get_stats()))
 

@@ -118,12 +118,10 @@ class TokenizerManager:
         except asyncio.CancelledError:
             self.abort(state.rid)  # the client disconnected mid-stream
             raise
-        finally:
-            if state.finished:
-                self.states.pop(state.rid, None)
 
     def abort(self, rid: str) -> None:
-        state = self.states.pop(rid, None)
+        """Ask the scheduler to stop a request; its waiter gets an "abort" finish reason."""
+        state = self.states.get(rid)
         if state is not None and not state.finished:
             self.send.send_pyobj(AbortReq(rid))
             self.metrics.aborted.inc()
@@ -183,6 +181,7 @@ class TokenizerManager:
             res.input_top_logprobs = out.input_top_logprobs
         if out.finish_reason is not None:
             state.finished = True
+            self.states.pop(state.rid, None)  # waiters hold the state itself
             res.finish_reason = out.finish_reason
             res.e2e_latency = now - state.created
             if state.first_token_at is not None:
