@@ -80,7 +80,9 @@ def single_stream_hf(model, prompt: list[int], tokens: int, pad_id: int) -> floa
 
     def timed(n):
         start = time.perf_counter()
-        model.generate(input_ids=ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=pad_id)
+        model.generate(
+            input_ids=ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=pad_id
+        )
         return time.perf_counter() - start
 
     first = timed(1)
@@ -126,9 +128,13 @@ def main() -> None:
     }
     print(f"mixed workload: {len(requests)} requests, {out_tokens} output tokens, {args.dtype}")
     print(f"  radixgen Engine      {figures['engine_tok_s']:8.1f} tok/s ({engine_s:.1f} s)")
-    print(f"  transformers (bs={args.hf_batch_size}) {figures['hf_tok_s']:8.1f} tok/s ({hf_s:.1f} s)")
+    print(
+        f"  transformers (bs={args.hf_batch_size}) {figures['hf_tok_s']:8.1f} tok/s ({hf_s:.1f} s)"
+    )
     print(f"  ratio {figures['throughput_ratio']}x")
-    print(f"single-stream decode: radixgen {engine_single:.1f} tok/s, transformers {hf_single:.1f} tok/s")
+    print(
+        f"single-stream decode: radixgen {engine_single:.1f} tok/s, transformers {hf_single:.1f} tok/s"
+    )
     print(json.dumps(figures))
     engine.shutdown()
 

@@ -36,7 +36,10 @@ def tool(name: str, purpose: str, fields: list[str]) -> dict:
             "description": f"{purpose}. Use it only when the user asks for it explicitly.",
             "parameters": {
                 "type": "object",
-                "properties": {f: {"type": "string", "description": f"The {f.replace('_', ' ')}."} for f in fields},
+                "properties": {
+                    f: {"type": "string", "description": f"The {f.replace('_', ' ')}."}
+                    for f in fields
+                },
                 "required": fields[:1],
             },
         },
@@ -45,12 +48,24 @@ def tool(name: str, purpose: str, fields: list[str]) -> dict:
 
 def system_prompt() -> str:
     tools = [
-        tool("search_orders", "Find a customer's orders by date or status", ["customer_id", "status", "since"]),
+        tool(
+            "search_orders",
+            "Find a customer's orders by date or status",
+            ["customer_id", "status", "since"],
+        ),
         tool("get_order", "Fetch one order with its items and shipping state", ["order_id"]),
         tool("refund_order", "Refund an order fully or in part", ["order_id", "amount", "reason"]),
-        tool("update_address", "Change the shipping address of an open order", ["order_id", "street", "city", "postcode", "country"]),
+        tool(
+            "update_address",
+            "Change the shipping address of an open order",
+            ["order_id", "street", "city", "postcode", "country"],
+        ),
         tool("track_parcel", "Look up a parcel with the carrier", ["tracking_number", "carrier"]),
-        tool("create_ticket", "Open a support ticket for a human agent", ["subject", "body", "priority"]),
+        tool(
+            "create_ticket",
+            "Open a support ticket for a human agent",
+            ["subject", "body", "priority"],
+        ),
         tool("list_products", "Search the product catalogue", ["query", "category", "max_price"]),
         tool("check_stock", "Stock level of a product in each warehouse", ["product_id"]),
         tool("apply_coupon", "Apply a coupon code to an open order", ["order_id", "code"]),
@@ -75,9 +90,20 @@ def run_sessions(engine: Engine, system: str, sessions: int, turns: int):
     for turn in range(turns):
         prompts = []
         for s, history in enumerate(histories):
-            history.append({"role": "user", "content": f"Session {s}, turn {turn}: where is my order {1000 + 37 * s + turn}?"})
-            prompts.append(engine.tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=True))
-        outs = engine.generate(prompts, {"max_new_tokens": ANSWER_TOKENS, "temperature": 0, "ignore_eos": True})
+            history.append(
+                {
+                    "role": "user",
+                    "content": f"Session {s}, turn {turn}: where is my order {1000 + 37 * s + turn}?",
+                }
+            )
+            prompts.append(
+                engine.tokenizer.apply_chat_template(
+                    history, tokenize=False, add_generation_prompt=True
+                )
+            )
+        outs = engine.generate(
+            prompts, {"max_new_tokens": ANSWER_TOKENS, "temperature": 0, "ignore_eos": True}
+        )
         for history, out in zip(histories, outs):
             history.append({"role": "assistant", "content": out["text"]})
             records.append((turn, out["meta_info"]))
@@ -85,7 +111,9 @@ def run_sessions(engine: Engine, system: str, sessions: int, turns: int):
 
 
 def run_few_shot(engine: Engine, questions: int):
-    shots = "".join(f"Q: What is {a} plus {a * 3 % 17}?\nA: {a + a * 3 % 17}\n" for a in range(1, 21))
+    shots = "".join(
+        f"Q: What is {a} plus {a * 3 % 17}?\nA: {a + a * 3 % 17}\n" for a in range(1, 21)
+    )
     prompts = [f"{shots}Q: What is {q} plus {q % 7}?\nA:" for q in range(100, 100 + questions)]
     outs = engine.generate(prompts, {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True})
     return [(1, o["meta_info"]) for o in outs]
@@ -125,7 +153,9 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=50)
     args = parser.parse_args()
     results = {name: measure(name, options, args) for name, options in WAYS.items()}
-    print(f"{'way':12} {'tok/s':>8} {'ttft mean':>10} {'ttft p95':>9} {'hit rate':>9} {'seconds':>8}")
+    print(
+        f"{'way':12} {'tok/s':>8} {'ttft mean':>10} {'ttft p95':>9} {'hit rate':>9} {'seconds':>8}"
+    )
     for r in results.values():
         print(
             f"{r['way']:12} {r['throughput_tok_s']:8.1f} {r['ttft_mean_s']:10.3f} {r['ttft_p95_s']:9.3f} "
@@ -136,7 +166,9 @@ def main() -> None:
         "lpm_vs_no_cache": round(lpm["throughput_tok_s"] / off["throughput_tok_s"], 2),
         "lpm_vs_fcfs": round(lpm["throughput_tok_s"] / fcfs["throughput_tok_s"], 2),
     }
-    print(f"cache+lpm vs no cache: {ratios['lpm_vs_no_cache']}x; lpm vs fcfs: {ratios['lpm_vs_fcfs']}x")
+    print(
+        f"cache+lpm vs no cache: {ratios['lpm_vs_no_cache']}x; lpm vs fcfs: {ratios['lpm_vs_fcfs']}x"
+    )
     print(json.dumps({"bench": "prefix_cache", **ratios, "ways": results}))
 
 

@@ -128,7 +128,11 @@ class TorchAttentionBackend(AttentionBackend):
             torch.index_select(v_heads[h], 0, flat, out=v[h])
         k = k.view(kv_heads * batch, length, dim)
         v = v.view(kv_heads * batch, length, dim)
-        qg = q.view(batch, kv_heads, group, dim).transpose(0, 1).reshape(kv_heads * batch, group, dim)
+        qg = (
+            q.view(batch, kv_heads, group, dim)
+            .transpose(0, 1)
+            .reshape(kv_heads * batch, group, dim)
+        )
         scores = torch.bmm(qg, k.transpose(1, 2)).float() * dim**-0.5
         if meta.decode_mask is not None:
             scores.masked_fill_(meta.decode_mask, float("-inf"))

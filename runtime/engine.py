@@ -108,7 +108,9 @@ class Engine:
         while not all(r.finished for r in reqs):
             self.scheduler.step()
         outs = [
-            GenerationResult.from_req(r, self.tokenizer).to_response(self.tokenizer, return_text_in_logprobs)
+            GenerationResult.from_req(r, self.tokenizer).to_response(
+                self.tokenizer, return_text_in_logprobs
+            )
             for r in reqs
         ]
         return outs[0] if batch.is_single else outs

@@ -62,7 +62,9 @@ def convert_gguf_to_hf(gguf_path: str, out_dir: str) -> None:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".convert-", dir=parent)
     try:
-        config = _hf_config(fields, arch, has_output=any(t.name == "output.weight" for t in reader.tensors))
+        config = _hf_config(
+            fields, arch, has_output=any(t.name == "output.weight" for t in reader.tensors)
+        )
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(config, f, indent=2)
         _write_weights(reader, config, arch, os.path.join(tmp, "model.safetensors"))
@@ -176,8 +178,16 @@ def _write_tokenizer(fields: dict, reader, out_dir: str) -> None:
         tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == _TOKEN_CONTROL]
-    user = [AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == _TOKEN_USER_DEFINED]
+    special = [
+        AddedToken(t, special=True, normalized=False)
+        for t, ty in zip(tokens, types)
+        if ty == _TOKEN_CONTROL
+    ]
+    user = [
+        AddedToken(t, special=False, normalized=False)
+        for t, ty in zip(tokens, types)
+        if ty == _TOKEN_USER_DEFINED
+    ]
     tok.add_special_tokens(special)
     if user:
         tok.add_tokens(user)

@@ -43,9 +43,16 @@ class GenerateRequest(BaseModel):
 
 
 def error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    kind = "invalid_request_error" if status == 400 else "authentication_error" if status == 401 else "server_error"
+    kind = (
+        "invalid_request_error"
+        if status == 400
+        else "authentication_error"
+        if status == 401
+        else "server_error"
+    )
     return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": param, "code": status}}, status_code=status
+        {"error": {"message": message, "type": kind, "param": param, "code": status}},
+        status_code=status,
     )
 
 
@@ -69,7 +76,9 @@ def json_response(obj) -> Response:
     return Response(orjson.dumps(obj), media_type="application/json")
 
 
-def create_app(args: ServerArgs, info: dict, tm: TokenizerManager, metrics: ServerMetrics) -> FastAPI:
+def create_app(
+    args: ServerArgs, info: dict, tm: TokenizerManager, metrics: ServerMetrics
+) -> FastAPI:
     app = FastAPI(title="radixgen")
     served = [os.path.basename(args.model_path.rstrip("/")), args.model_path, "default"]
     openai = OpenAIServing(tm, list(dict.fromkeys(served)), info["context_length"])
@@ -77,9 +86,9 @@ def create_app(args: ServerArgs, info: dict, tm: TokenizerManager, metrics: Serv
     @app.middleware("http")
     async def guard(request: Request, call_next):
         tm.start()
-        if args.api_key and request.url.path != "/health":
-            if request.headers.get("authorization") != f"Bearer {args.api_key}":
-                return error(401, "missing or wrong API key (Authorization: Bearer <key>)")
+        authorized = request.headers.get("authorization") == f"Bearer {args.api_key}"
+        if args.api_key and request.url.path != "/health" and not authorized:
+            return error(401, "missing or wrong API key (Authorization: Bearer <key>)")
         try:
             return await call_next(request)
         except BadRequest as e:
@@ -152,15 +161,28 @@ def create_app(args: ServerArgs, info: dict, tm: TokenizerManager, metrics: Serv
         for sp in batch.params:
             sp.validate(info["vocab_size"])
         states = [
-            tm.submit(rid, p, sp, body.return_logprob, body.logprob_start_len, body.top_logprobs_num, body.stream)
+            tm.submit(
+                rid,
+                p,
+                sp,
+                body.return_logprob,
+                body.logprob_start_len,
+                body.top_logprobs_num,
+                body.stream,
+            )
             for p, sp, rid in zip(batch.prompts, batch.params, batch.rids)
         ]
         if body.stream:
+
             async def events():
                 finished_sent = set()
                 async for i, delta in openai._merged(states):
                     res = states[i].result
-                    if res is None or i in finished_sent or (delta is None and res.finish_reason is None):
+                    if (
+                        res is None
+                        or i in finished_sent
+                        or (delta is None and res.finish_reason is None)
+                    ):
                         continue
                     out = res.to_response(tm.tokenizer, body.return_text_in_logprobs)
                     if not batch.is_single:
@@ -171,7 +193,9 @@ def create_app(args: ServerArgs, info: dict, tm: TokenizerManager, metrics: Serv
                 yield "data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
-        results = await asyncio.gather(*(tm.wait_result(s, request.is_disconnected) for s in states))
+        results = await asyncio.gather(
+            *(tm.wait_result(s, request.is_disconnected) for s in states)
+        )
         outs = [r.to_response(tm.tokenizer, body.return_text_in_logprobs) for r in results]
         return json_response(outs[0] if batch.is_single else outs)
 
@@ -204,7 +228,9 @@ class ServerProcesses:
     def __init__(self, args: ServerArgs):
         self.args = args
         self.ipc_dir = tempfile.mkdtemp(prefix="radixgen-")
-        self.paths = {n: os.path.join(self.ipc_dir, n) for n in ("scheduler", "detokenizer", "tokenizer")}
+        self.paths = {
+            n: os.path.join(self.ipc_dir, n) for n in ("scheduler", "detokenizer", "tokenizer")
+        }
         self.children: list[mp.Process] = []
 
     def start(self) -> dict:
@@ -222,13 +248,20 @@ class ServerProcesses:
         self.children.append(sched)
         while not reader.poll(1.0):
             if not sched.is_alive():
-                raise RuntimeError(f"the scheduler process exited with code {sched.exitcode} while loading")
+                raise RuntimeError(
+                    f"the scheduler process exited with code {sched.exitcode} while loading"
+                )
         info = reader.recv()
         if info["status"] != "ready":
             raise RuntimeError(f"the scheduler process failed to start:\n{info['error']}")
         detok = ctx.Process(
             target=run_detokenizer_process,
-            args=(self.args, info["model_folder"], self.paths["detokenizer"], self.paths["tokenizer"]),
+            args=(
+                self.args,
+                info["model_folder"],
+                self.paths["detokenizer"],
+                self.paths["tokenizer"],
+            ),
             name="radixgen-detokenizer",
             daemon=True,
         )
@@ -269,11 +302,17 @@ def launch_server(args: ServerArgs) -> None:
     try:
         info = procs.start()
         metrics = ServerMetrics()
-        tm = TokenizerManager(info["model_folder"], procs.paths["scheduler"], procs.paths["tokenizer"], metrics)
+        tm = TokenizerManager(
+            info["model_folder"], procs.paths["scheduler"], procs.paths["tokenizer"], metrics
+        )
         app = create_app(args, info, tm, metrics)
 
         config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="warning", loop="uvloop",
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            loop="uvloop",
             timeout_graceful_shutdown=3,
         )
         server = uvicorn.Server(config)

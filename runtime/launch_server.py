@@ -9,7 +9,8 @@ from runtime.server_args import ServerArgs
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="radixgen serve", description="Serve a model over HTTP (native /generate and OpenAI-compatible /v1)."
+        prog="radixgen serve",
+        description="Serve a model over HTTP (native /generate and OpenAI-compatible /v1).",
     )
     ServerArgs.add_cli_args(parser)
     return parser

@@ -30,7 +30,9 @@ class ColumnParallelLinear(nn.Module):
         self.tp_rank, self.tp_size = tp_rank, tp_size
         self.shard_sizes = [b // tp_size for b in out_blocks]
         self.offsets = [sum(self.shard_sizes[:i]) for i in range(len(out_blocks))]
-        self.weight = nn.Parameter(torch.empty(sum(self.shard_sizes), in_features), requires_grad=False)
+        self.weight = nn.Parameter(
+            torch.empty(sum(self.shard_sizes), in_features), requires_grad=False
+        )
         self.bias = (
             nn.Parameter(torch.zeros(sum(self.shard_sizes)), requires_grad=False) if bias else None
         )
@@ -48,7 +50,9 @@ class ColumnParallelLinear(nn.Module):
 class RowParallelLinear(nn.Module):
     """y = x @ W.T with W split along its input dimension; ranks would all-reduce their sums."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, tp_rank: int = 0, tp_size: int = 1):
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool, tp_rank: int = 0, tp_size: int = 1
+    ):
         super().__init__()
         self.tp_rank, self.tp_size = tp_rank, tp_size
         self.in_shard = in_features // tp_size
@@ -78,7 +82,9 @@ class RMSNorm(nn.Module):
 
 
 def rope_inv_freq(rope: RopeConfig, rotary_dim: int) -> torch.Tensor:
-    inv_freq = 1.0 / (rope.theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))
+    inv_freq = 1.0 / (
+        rope.theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    )
     if rope.rope_type == "linear":
         inv_freq = inv_freq / rope.factor
     elif rope.rope_type == "llama3":
@@ -88,7 +94,9 @@ def rope_inv_freq(rope: RopeConfig, rotary_dim: int) -> torch.Tensor:
         high_wavelen = old_len / rope.high_freq_factor
         wavelen = 2 * math.pi / inv_freq
         scaled = torch.where(wavelen > low_wavelen, inv_freq / rope.factor, inv_freq)
-        smooth = (old_len / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+        smooth = (old_len / wavelen - rope.low_freq_factor) / (
+            rope.high_freq_factor - rope.low_freq_factor
+        )
         blended = (1 - smooth) * scaled / rope.factor + smooth * scaled
         in_band = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
         inv_freq = torch.where(in_band, blended, scaled)

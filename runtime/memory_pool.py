@@ -14,7 +14,9 @@ class ReqToTokenPool:
 
     def __init__(self, max_requests: int, max_context: int, device: str = "cpu"):
         self.max_context = max_context
-        self.req_to_token = torch.zeros((max_requests, max_context), dtype=torch.int32, device=device)
+        self.req_to_token = torch.zeros(
+            (max_requests, max_context), dtype=torch.int32, device=device
+        )
         self.free_rows = list(range(max_requests))
         self.size = max_requests
 

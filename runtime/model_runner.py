@@ -60,7 +60,9 @@ class ModelRunner:
             self.device,
         )
         backend = args.attention_backend or ("triton" if self.device == "cuda" else "torch")
-        self.attention_backend = create_attention_backend(backend, self.req_to_token_pool, self.kv_pool)
+        self.attention_backend = create_attention_backend(
+            backend, self.req_to_token_pool, self.kv_pool
+        )
 
     def _load_model(self) -> LlamaForCausalLM:
         torch.manual_seed(self.args.random_seed)
@@ -74,7 +76,9 @@ class ModelRunner:
         if self.args.max_total_tokens:
             return self.args.max_total_tokens
         cfg = self.config
-        per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * torch.finfo(self.dtype).bits // 8
+        per_token = (
+            2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * torch.finfo(self.dtype).bits // 8
+        )
         if self.device == "cuda":
             free, _ = torch.cuda.mem_get_info()
             return int(free * self.args.mem_fraction // per_token)

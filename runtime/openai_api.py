@@ -92,7 +92,9 @@ def sampling_params(req: _Common, max_tokens: int | None, default_max: int) -> S
     try:
         return SamplingParams.from_dict(params)
     except ValueError as e:
-        raise BadRequest(str(e).replace("sampling_params.", "").replace("max_new_tokens", "max_tokens")) from e
+        raise BadRequest(
+            str(e).replace("sampling_params.", "").replace("max_new_tokens", "max_tokens")
+        ) from e
 
 
 def usage(results: list[GenerationResult]) -> dict:
@@ -125,27 +127,40 @@ class OpenAIServing:
 
     def check_model(self, name: str) -> None:
         if name not in self.model_names:
-            raise BadRequest(f"model {name!r} is not served here; use one of {self.model_names}", "model")
+            raise BadRequest(
+                f"model {name!r} is not served here; use one of {self.model_names}", "model"
+            )
 
     def models(self) -> dict:
         now = int(time.time())
         return {
             "object": "list",
-            "data": [{"id": self.model_names[0], "object": "model", "created": now, "owned_by": "radixgen"}],
+            "data": [
+                {
+                    "id": self.model_names[0],
+                    "object": "model",
+                    "created": now,
+                    "owned_by": "radixgen",
+                }
+            ],
         }
 
     def _token_text(self, tid: int) -> str:
         return self.tm.tokenizer.decode([tid])
 
     # ---- shared plumbing ------------------------------------------------------------------
-    def _submit_n(self, prompt_ids: list[int], params: SamplingParams, n: int, **kw) -> list[ReqState]:
+    def _submit_n(
+        self, prompt_ids: list[int], params: SamplingParams, n: int, **kw
+    ) -> list[ReqState]:
         if not 1 <= n <= 128:
             raise BadRequest("n must be an integer in [1, 128]", "n")
         base = uuid.uuid4().hex
         return [self.tm.submit(f"{base}-{i}", prompt_ids, params, **kw) for i in range(n)]
 
     async def _gather(self, states: list[ReqState], is_disconnected) -> list[GenerationResult]:
-        return list(await asyncio.gather(*(self.tm.wait_result(s, is_disconnected) for s in states)))
+        return list(
+            await asyncio.gather(*(self.tm.wait_result(s, is_disconnected) for s in states))
+        )
 
     async def _merged(self, states: list[ReqState]) -> AsyncIterator[tuple[int, str]]:
         """(choice index, text delta) from several requests as they arrive; None delta = done."""
@@ -213,15 +228,25 @@ class OpenAIServing:
         for i, res in enumerate(results):
             prompt_ids = prompts[i // req.n]
             text = (self.tm.tokenizer.decode(prompt_ids) if req.echo else "") + res.text
-            choices.append({
-                "index": i, "text": text, "finish_reason": _finish(res),
-                "logprobs": self._completion_logprobs(res, req.echo) if want_lp else None,
-            })
+            choices.append(
+                {
+                    "index": i,
+                    "text": text,
+                    "finish_reason": _finish(res),
+                    "logprobs": self._completion_logprobs(res, req.echo) if want_lp else None,
+                }
+            )
         usage_all = usage(results)
         usage_all["prompt_tokens"] = sum(len(p) for p in prompts)
         usage_all["total_tokens"] = usage_all["prompt_tokens"] + usage_all["completion_tokens"]
-        return {"id": rid, "object": "text_completion", "created": created, "model": req.model,
-                "choices": choices, "usage": usage_all}
+        return {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": req.model,
+            "choices": choices,
+            "usage": usage_all,
+        }
 
     def _completion_logprobs(self, res: GenerationResult, echo: bool) -> dict:
         pairs = (list(res.input_token_logprobs) if echo else []) + list(res.output_token_logprobs)
@@ -236,14 +261,21 @@ class OpenAIServing:
             "token_logprobs": [lp for lp, _ in pairs],
             "top_logprobs": [
                 None if top is None else {self._token_text(t): lp for lp, t in top} for top in tops
-            ] if res.top_logprobs_num else None,
+            ]
+            if res.top_logprobs_num
+            else None,
             "text_offset": offsets,
         }
 
     async def _stream_completions(self, req, states, prompts, rid, created) -> AsyncIterator[str]:
         def chunk(i, text, finish=None):
-            return {"id": rid, "object": "text_completion", "created": created, "model": req.model,
-                    "choices": [{"index": i, "text": text, "logprobs": None, "finish_reason": finish}]}
+            return {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": req.model,
+                "choices": [{"index": i, "text": text, "logprobs": None, "finish_reason": finish}],
+            }
 
         if req.echo:
             for i in range(len(states)):
@@ -257,8 +289,16 @@ class OpenAIServing:
                 yield sse(chunk(i, delta))
         if (req.stream_options or {}).get("include_usage"):
             results = [s.result for s in states if s.result is not None]
-            yield sse({"id": rid, "object": "text_completion", "created": created, "model": req.model,
-                       "choices": [], "usage": usage(results)})
+            yield sse(
+                {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": req.model,
+                    "choices": [],
+                    "usage": usage(results),
+                }
+            )
         yield "data: [DONE]\n\n"
 
     # ---- /v1/chat/completions ---------------------------------------------------------------
@@ -269,20 +309,29 @@ class OpenAIServing:
         for i, m in enumerate(req.messages):
             role, content = m.get("role"), m.get("content")
             if role not in ("system", "user", "assistant", "developer", "tool"):
-                raise BadRequest(f"messages[{i}].role {role!r} is not one of system, user, assistant, tool", "messages")
+                raise BadRequest(
+                    f"messages[{i}].role {role!r} is not one of system, user, assistant, tool",
+                    "messages",
+                )
             if isinstance(content, list):
                 parts = []
                 for part in content:
                     if not isinstance(part, dict) or part.get("type") != "text":
-                        raise BadRequest(f"messages[{i}].content: only text parts are supported", "messages")
+                        raise BadRequest(
+                            f"messages[{i}].content: only text parts are supported", "messages"
+                        )
                     parts.append(part.get("text", ""))
                 content = "".join(parts)
             if content is None:
                 content = ""
             if not isinstance(content, str):
-                raise BadRequest(f"messages[{i}].content must be a string or a list of text parts", "messages")
+                raise BadRequest(
+                    f"messages[{i}].content must be a string or a list of text parts", "messages"
+                )
             messages.append({"role": "system" if role == "developer" else role, "content": content})
-        text = self.tm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = self.tm.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
         return self.tm.tokenizer.encode(text, add_special_tokens=False)
 
     def validate_prompt(self, ids: list[int], field: str) -> None:
@@ -291,23 +340,34 @@ class OpenAIServing:
             raise BadRequest(f"{field}: token ids must lie in [0, {vocab})", field)
         if len(ids) >= self.context_length:
             raise BadRequest(
-                f"{field} has {len(ids)} tokens; this model's context is {self.context_length}", field
+                f"{field} has {len(ids)} tokens; this model's context is {self.context_length}",
+                field,
             )
 
     async def chat(self, req: ChatCompletionRequest, is_disconnected):
         self.check_model(req.model)
         if req.tools and req.tool_choice != "none":
-            raise BadRequest("tools are not supported yet (structured decoding is not built)", "tools")
+            raise BadRequest(
+                "tools are not supported yet (structured decoding is not built)", "tools"
+            )
         fmt = (req.response_format or {}).get("type", "text")
         if fmt != "text":
-            raise BadRequest(f"response_format {fmt!r} is not supported yet; only 'text'", "response_format")
-        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+            raise BadRequest(
+                f"response_format {fmt!r} is not supported yet; only 'text'", "response_format"
+            )
+        max_tokens = (
+            req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        )
         prompt = self._chat_prompt(req)
         self.validate_prompt(prompt, "messages")
         params = sampling_params(req, max_tokens, max(self.context_length - len(prompt) - 1, 1))
         if req.top_logprobs and not req.logprobs:
             raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
-        kw = {"return_logprob": req.logprobs, "top_logprobs_num": req.top_logprobs or 0, "stream": req.stream}
+        kw = {
+            "return_logprob": req.logprobs,
+            "top_logprobs_num": req.top_logprobs or 0,
+            "stream": req.stream,
+        }
         states = self._submit_n(prompt, params, req.n, **kw)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if req.stream:
@@ -317,14 +377,25 @@ class OpenAIServing:
             {
                 "index": i,
                 "message": {"role": "assistant", "content": res.text},
-                "logprobs": {"content": self._chat_logprobs(res.output_token_logprobs, res.output_top_logprobs)}
-                if req.logprobs else None,
+                "logprobs": {
+                    "content": self._chat_logprobs(
+                        res.output_token_logprobs, res.output_top_logprobs
+                    )
+                }
+                if req.logprobs
+                else None,
                 "finish_reason": _finish(res),
             }
             for i, res in enumerate(results)
         ]
-        return {"id": rid, "object": "chat.completion", "created": created, "model": req.model,
-                "choices": choices, "usage": usage(results)}
+        return {
+            "id": rid,
+            "object": "chat.completion",
+            "created": created,
+            "model": req.model,
+            "choices": choices,
+            "usage": usage(results),
+        }
 
     def _chat_logprobs(self, pairs, tops) -> list[dict]:
         def entry(lp, tid):
@@ -340,8 +411,15 @@ class OpenAIServing:
 
     async def _stream_chat(self, req, states, rid, created) -> AsyncIterator[str]:
         def chunk(i, delta, finish=None, logprobs=None):
-            return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": req.model,
-                    "choices": [{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
+            return {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": req.model,
+                "choices": [
+                    {"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+                ],
+            }
 
         for i in range(len(states)):
             yield sse(chunk(i, {"role": "assistant", "content": ""}))
@@ -350,8 +428,10 @@ class OpenAIServing:
             res = states[i].result
             logprobs = None
             if req.logprobs and res is not None:
-                new = res.output_token_logprobs[sent_lp[i]:]
-                logprobs = {"content": self._chat_logprobs(new, res.output_top_logprobs[sent_lp[i]:])}
+                new = res.output_token_logprobs[sent_lp[i] :]
+                logprobs = {
+                    "content": self._chat_logprobs(new, res.output_top_logprobs[sent_lp[i] :])
+                }
                 sent_lp[i] = len(res.output_token_logprobs)
             if delta is None:
                 if res is not None:
@@ -360,6 +440,14 @@ class OpenAIServing:
                 yield sse(chunk(i, {"content": delta}, None, logprobs))
         if (req.stream_options or {}).get("include_usage"):
             results = [s.result for s in states if s.result is not None]
-            yield sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": req.model,
-                       "choices": [], "usage": usage(results)})
+            yield sse(
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": req.model,
+                    "choices": [],
+                    "usage": usage(results),
+                }
+            )
         yield "data: [DONE]\n\n"

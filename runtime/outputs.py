@@ -38,7 +38,11 @@ class IncrementalDecoder:
         return delta
 
     def final_text(self, finish_reason: dict | None) -> str:
-        matched = (finish_reason or {}).get("matched") if (finish_reason or {}).get("type") == "stop" else None
+        matched = (
+            (finish_reason or {}).get("matched")
+            if (finish_reason or {}).get("type") == "stop"
+            else None
+        )
         ids = self.ids
         if isinstance(matched, int) and not self.no_stop_trim and ids and ids[-1] == matched:
             ids = ids[:-1]
@@ -109,12 +113,18 @@ class GenerationResult:
         if self.ttft is not None:
             meta["ttft"] = self.ttft
         if self.return_logprob:
+
             def fmt(pairs):
-                return [[lp, tid, tokenizer.decode([tid]) if return_text_in_logprobs else None] for lp, tid in pairs]
+                return [
+                    [lp, tid, tokenizer.decode([tid]) if return_text_in_logprobs else None]
+                    for lp, tid in pairs
+                ]
 
             meta["input_token_logprobs"] = fmt(self.input_token_logprobs)
             meta["output_token_logprobs"] = fmt(self.output_token_logprobs)
             if self.top_logprobs_num:
-                meta["input_top_logprobs"] = [None if t is None else fmt(t) for t in self.input_top_logprobs]
+                meta["input_top_logprobs"] = [
+                    None if t is None else fmt(t) for t in self.input_top_logprobs
+                ]
                 meta["output_top_logprobs"] = [fmt(t) for t in self.output_top_logprobs]
         return {"text": self.text, "output_ids": self.output_ids, "meta_info": meta}

@@ -108,13 +108,25 @@ class SchedulerLoop:
 
     def _add(self, msg: TokenizedGenerateReq) -> ReqOutput | None:
         req = Req(
-            msg.rid, msg.input_ids, msg.sampling_params, msg.return_logprob,
-            msg.logprob_start_len, msg.top_logprobs_num,
+            msg.rid,
+            msg.input_ids,
+            msg.sampling_params,
+            msg.return_logprob,
+            msg.logprob_start_len,
+            msg.top_logprobs_num,
         )
         try:
             self.scheduler.add_request(req)
         except ValueError as e:
-            return ReqOutput(msg.rid, [], {"type": "abort", "message": str(e)}, len(msg.input_ids), 0, 0, error=str(e))
+            return ReqOutput(
+                msg.rid,
+                [],
+                {"type": "abort", "message": str(e)},
+                len(msg.input_ids),
+                0,
+                0,
+                error=str(e),
+            )
         if msg.stream:
             self.streaming.add(msg.rid)
         self.sent[msg.rid] = 0
@@ -183,7 +195,9 @@ def run_scheduler_process(args: ServerArgs, recv_path: str, send_path: str, read
         os._exit(1)
 
 
-def run_detokenizer_process(args: ServerArgs, model_folder: str, recv_path: str, send_path: str) -> None:
+def run_detokenizer_process(
+    args: ServerArgs, model_folder: str, recv_path: str, send_path: str
+) -> None:
     from runtime.model_loader import load_tokenizer
 
     _child_setup(args)

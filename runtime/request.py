@@ -85,7 +85,9 @@ class Req:
         """Whether the logits at `position` (which predict prompt token position+1) are needed."""
         start = self.logprob_start_len
         target = position + 1
-        return start >= 0 and start + len(self.input_token_logprobs) <= target < len(self.origin_input_ids)
+        return start >= 0 and start + len(self.input_token_logprobs) <= target < len(
+            self.origin_input_ids
+        )
 
     def __repr__(self) -> str:
         return f"Req(rid={self.rid!r}, prompt={len(self.origin_input_ids)}, out={len(self.output_ids)})"

@@ -45,7 +45,9 @@ def _token_counts(id_lists: list[list[int]], vocab: int) -> torch.Tensor:
     return counts
 
 
-def _filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor):
+def _filter_probs(
+    probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor
+):
     """Zero the probabilities outside each row's top-k, top-p nucleus and min-p floor."""
     sorted_p, order = probs.sort(dim=-1, descending=True)
     rank = torch.arange(probs.shape[-1])[None, :]
@@ -78,7 +80,9 @@ def sample(logits: torch.Tensor, reqs: list[Req], eos_ids: set[int]) -> SampleOu
         idx = torch.tensor(random_rows)
         temps = torch.tensor([params[i].temperature for i in random_rows])[:, None]
         probs = torch.softmax(logits[idx] / temps, dim=-1)
-        top_k = torch.tensor([params[i].top_k if params[i].top_k > 0 else vocab for i in random_rows])
+        top_k = torch.tensor(
+            [params[i].top_k if params[i].top_k > 0 else vocab for i in random_rows]
+        )
         top_p = torch.tensor([params[i].top_p for i in random_rows])
         min_p = torch.tensor([params[i].min_p for i in random_rows])
         if bool((top_k < vocab).any() or (top_p < 1).any() or (min_p > 0).any()):

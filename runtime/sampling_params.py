@@ -39,7 +39,11 @@ class SamplingParams:
         unknown = sorted(set(params) - known)
         if unknown:
             raise ValueError(f"sampling_params: unknown field(s) {', '.join(unknown)}")
-        params = {k: v for k, v in params.items() if v is not None or k in ("seed", "json_schema", "regex", "ebnf")}
+        params = {
+            k: v
+            for k, v in params.items()
+            if v is not None or k in ("seed", "json_schema", "regex", "ebnf")
+        }
         if isinstance(params.get("stop"), str):
             params["stop"] = [params["stop"]]
         sp = cls(**params)
@@ -49,7 +53,9 @@ class SamplingParams:
     def validate(self, vocab_size: int | None = None) -> None:
         def check(ok: bool, name: str, want: str) -> None:
             if not ok:
-                raise ValueError(f"sampling_params.{name} must be {want}, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"sampling_params.{name} must be {want}, got {getattr(self, name)!r}"
+                )
 
         def is_int(x) -> bool:
             return isinstance(x, int) and not isinstance(x, bool)
@@ -57,28 +63,76 @@ class SamplingParams:
         def is_num(x) -> bool:
             return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
 
-        check(is_int(self.max_new_tokens) and self.max_new_tokens >= 0, "max_new_tokens", "an integer >= 0")
-        check(is_int(self.min_new_tokens) and 0 <= self.min_new_tokens, "min_new_tokens", "an integer >= 0")
+        check(
+            is_int(self.max_new_tokens) and self.max_new_tokens >= 0,
+            "max_new_tokens",
+            "an integer >= 0",
+        )
+        check(
+            is_int(self.min_new_tokens) and self.min_new_tokens >= 0,
+            "min_new_tokens",
+            "an integer >= 0",
+        )
         if self.min_new_tokens > self.max_new_tokens:
             raise ValueError("sampling_params.min_new_tokens must not exceed max_new_tokens")
-        check(is_num(self.temperature) and 0 <= self.temperature <= 100, "temperature", "a number in [0, 100]")
+        check(
+            is_num(self.temperature) and 0 <= self.temperature <= 100,
+            "temperature",
+            "a number in [0, 100]",
+        )
         check(is_num(self.top_p) and 0 < self.top_p <= 1, "top_p", "a number in (0, 1]")
-        check(is_int(self.top_k) and (self.top_k == -1 or self.top_k >= 1), "top_k", "-1 (off) or an integer >= 1")
+        check(
+            is_int(self.top_k) and (self.top_k == -1 or self.top_k >= 1),
+            "top_k",
+            "-1 (off) or an integer >= 1",
+        )
         check(is_num(self.min_p) and 0 <= self.min_p <= 1, "min_p", "a number in [0, 1]")
-        check(is_num(self.frequency_penalty) and -2 <= self.frequency_penalty <= 2, "frequency_penalty", "a number in [-2, 2]")
-        check(is_num(self.presence_penalty) and -2 <= self.presence_penalty <= 2, "presence_penalty", "a number in [-2, 2]")
-        check(is_num(self.repetition_penalty) and 0 < self.repetition_penalty <= 2, "repetition_penalty", "a number in (0, 2]")
-        check(isinstance(self.stop, list) and all(isinstance(s, str) and s for s in self.stop), "stop", "a non-empty string or a list of them")
-        check(isinstance(self.stop_token_ids, list) and all(is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "a list of token ids")
+        check(
+            is_num(self.frequency_penalty) and -2 <= self.frequency_penalty <= 2,
+            "frequency_penalty",
+            "a number in [-2, 2]",
+        )
+        check(
+            is_num(self.presence_penalty) and -2 <= self.presence_penalty <= 2,
+            "presence_penalty",
+            "a number in [-2, 2]",
+        )
+        check(
+            is_num(self.repetition_penalty) and 0 < self.repetition_penalty <= 2,
+            "repetition_penalty",
+            "a number in (0, 2]",
+        )
+        check(
+            isinstance(self.stop, list) and all(isinstance(s, str) and s for s in self.stop),
+            "stop",
+            "a non-empty string or a list of them",
+        )
+        check(
+            isinstance(self.stop_token_ids, list)
+            and all(is_int(t) and t >= 0 for t in self.stop_token_ids),
+            "stop_token_ids",
+            "a list of token ids",
+        )
         if vocab_size is not None:
-            check(all(t < vocab_size for t in self.stop_token_ids), "stop_token_ids", f"ids below the vocabulary size {vocab_size}")
+            check(
+                all(t < vocab_size for t in self.stop_token_ids),
+                "stop_token_ids",
+                f"ids below the vocabulary size {vocab_size}",
+            )
         check(is_int(self.n) and 1 <= self.n <= 128, "n", "an integer in [1, 128]")
         check(self.seed is None or is_int(self.seed), "seed", "an integer")
-        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"):
+        for name in (
+            "ignore_eos",
+            "skip_special_tokens",
+            "spaces_between_special_tokens",
+            "no_stop_trim",
+        ):
             check(isinstance(getattr(self, name), bool), name, "true or false")
         constraints = [n for n in ("json_schema", "regex", "ebnf") if getattr(self, n) is not None]
         if len(constraints) > 1:
-            raise ValueError(f"sampling_params: only one of json_schema, regex, ebnf may be set, got {constraints}")
+            raise ValueError(
+                f"sampling_params: only one of json_schema, regex, ebnf may be set, got {constraints}"
+            )
 
     @property
     def is_greedy(self) -> bool:
@@ -86,4 +140,8 @@ class SamplingParams:
 
     @property
     def has_penalties(self) -> bool:
-        return self.frequency_penalty != 0 or self.presence_penalty != 0 or self.repetition_penalty != 1
+        return (
+            self.frequency_penalty != 0
+            or self.presence_penalty != 0
+            or self.repetition_penalty != 1
+        )

@@ -24,11 +24,15 @@ def match_len_limit(req: Req) -> int:
     return limit
 
 
-def order_waiting(policy: str, waiting: list[Req], cache: PrefixCache, rng: random.Random) -> list[Req]:
+def order_waiting(
+    policy: str, waiting: list[Req], cache: PrefixCache, rng: random.Random
+) -> list[Req]:
     """Return the waiting requests in admission order for `policy`."""
     cache_aware = isinstance(cache, RadixCache) and len(waiting) <= MAX_QUEUE_FOR_CACHE_AWARE
     if policy == "lpm" and cache_aware:
-        lengths = {id(r): len(cache.match_prefix(r.all_ids[: match_len_limit(r)])[0]) for r in waiting}
+        lengths = {
+            id(r): len(cache.match_prefix(r.all_ids[: match_len_limit(r)])[0]) for r in waiting
+        }
         return sorted(waiting, key=lambda r: -lengths[id(r)])  # stable: fcfs among equals
     if policy == "dfs-weight" and cache_aware:
         return _dfs_weight_order(waiting, cache)

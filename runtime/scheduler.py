@@ -19,9 +19,9 @@ from runtime.model_loader import load_tokenizer
 from runtime.model_runner import ModelRunner
 from runtime.prefix_cache import NoPrefixCache, PrefixCache
 from runtime.radix_cache import RadixCache, common_prefix_length
-from runtime.schedule_policy import match_len_limit, order_waiting
 from runtime.request import FinishReason, Req
 from runtime.sampler import prompt_logprobs, sample
+from runtime.schedule_policy import match_len_limit, order_waiting
 from runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,9 @@ class Scheduler:
                 f"the prompt has {len(prompt)} tokens; this model's context is {self.context_length}"
             )
         if len(prompt) + 1 > self.kv_pool.size:
-            raise RequestError(f"the prompt has {len(prompt)} tokens; the KV pool holds {self.kv_pool.size}")
+            raise RequestError(
+                f"the prompt has {len(prompt)} tokens; the KV pool holds {self.kv_pool.size}"
+            )
         if min(prompt) < 0 or max(prompt) >= self.vocab_size:
             raise RequestError(f"input_ids must lie in [0, {self.vocab_size})")
         req.sampling_params.validate(self.vocab_size)
@@ -161,7 +163,9 @@ class Scheduler:
     def _future_tokens(self, req: Req) -> float:
         """KV slots a running request is expected to need: its unprefilled part plus its
         remaining output scaled by the new-token ratio (most requests stop early)."""
-        final = min(len(req.origin_input_ids) + req.sampling_params.max_new_tokens, self.context_length)
+        final = min(
+            len(req.origin_input_ids) + req.sampling_params.max_new_tokens, self.context_length
+        )
         remaining_out = max(final - max(req.seq_len, req.kv_len), 0)
         return (req.seq_len - req.kv_len) + remaining_out * self.new_token_ratio
 
@@ -169,7 +173,9 @@ class Scheduler:
         if not self.waiting or len(self.running) >= self.args.max_running_requests:
             return
         reserved = sum(self._future_tokens(r) for r in self.running)
-        pending_prefill = sum(r.seq_len - r.kv_len for r in self.running if r.seq_len - r.kv_len > 1)
+        pending_prefill = sum(
+            r.seq_len - r.kv_len for r in self.running if r.seq_len - r.kv_len > 1
+        )
         admitted_prompts: list[list[int]] = []
         for req in order_waiting(self.args.schedule_policy, self.waiting, self.cache, self.rng):
             if len(self.running) >= self.args.max_running_requests:
@@ -197,7 +203,9 @@ class Scheduler:
     @staticmethod
     def _shares_uncached_prefix(req: Req, cached: int, admitted: list[list[int]]) -> bool:
         ids = req.all_ids
-        return any(common_prefix_length(ids, other) - cached >= IN_BATCH_SHARE_MIN for other in admitted)
+        return any(
+            common_prefix_length(ids, other) - cached >= IN_BATCH_SHARE_MIN for other in admitted
+        )
 
     def _attach_prefix(self, req: Req, cached: torch.Tensor, node) -> None:
         """Point the request at the cached prefix of it and lock that prefix."""
@@ -230,7 +238,9 @@ class Scheduler:
                 return
             if len(self.running) == 1:
                 req = self.running[0]
-                req.finished_reason = FinishReason("abort", message="the KV cache cannot hold this request")
+                req.finished_reason = FinishReason(
+                    "abort", message="the KV cache cannot hold this request"
+                )
                 self._retire(req)
                 return
             victim = min(self.running, key=lambda r: (len(r.output_ids), -r.seq_len))
@@ -262,7 +272,9 @@ class Scheduler:
             plan.append(_Planned(req, req.kv_len, n))
             budget -= n
             memory -= n
-        self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        self.new_token_ratio = max(
+            self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO
+        )
         return plan
 
     def _build_batch(self, plan: list[_Planned]) -> ForwardBatch:
@@ -277,7 +289,9 @@ class Scheduler:
             req, end = p.req, p.start + p.length
             ids.extend(req.all_ids[p.start : end])
             positions.extend(range(p.start, end))
-            table[req.req_pool_idx, p.start : end] = slots[offset : offset + p.length].to(torch.int32)
+            table[req.req_pool_idx, p.start : end] = slots[offset : offset + p.length].to(
+                torch.int32
+            )
             prompt_len = len(req.origin_input_ids)
             if req.logprob_start_len >= 0:
                 lo = max(p.start, req.logprob_start_len + len(req.input_token_logprobs) - 1)
@@ -305,7 +319,9 @@ class Scheduler:
         for p in plan:
             p.req.kv_len = p.start + p.length
             if p.start < len(p.req.origin_input_ids):
-                self.stats.computed_prompt_tokens += min(p.length, len(p.req.origin_input_ids) - p.start)
+                self.stats.computed_prompt_tokens += min(
+                    p.length, len(p.req.origin_input_ids) - p.start
+                )
             if p.logprob_rows:
                 k = p.req.top_logprobs_num
                 chosen, top = prompt_logprobs(logits[p.logprob_rows], p.logprob_targets, k)
@@ -342,9 +358,7 @@ class Scheduler:
     def _check_finished(self, req: Req) -> None:
         sp, last = req.sampling_params, req.output_ids[-1]
         n_out = len(req.output_ids)
-        if not sp.ignore_eos and last in self.eos_ids:
-            req.finished_reason = FinishReason("stop", matched=last)
-        elif last in sp.stop_token_ids:
+        if not sp.ignore_eos and last in self.eos_ids or last in sp.stop_token_ids:
             req.finished_reason = FinishReason("stop", matched=last)
         elif n_out >= sp.max_new_tokens or req.seq_len >= self.context_length:
             req.finished_reason = FinishReason("length", length=n_out)

@@ -21,33 +21,47 @@ def _opt(default, help: str, **extra):
 class ServerArgs:
     """Every option of the runtime; the CLI flag is the field name with dashes."""
 
-    model_path: str = _opt(DEFAULT_MODEL, "Model alias (smollm2), .gguf file, or Hugging Face folder.")
+    model_path: str = _opt(
+        DEFAULT_MODEL, "Model alias (smollm2), .gguf file, or Hugging Face folder."
+    )
     host: str = _opt("127.0.0.1", "Address the HTTP server listens on.")
     port: int = _opt(30000, "Port the HTTP server listens on.")
     dtype: str = _opt("auto", "Weights and activations dtype; auto picks bfloat16.", choices=DTYPES)
     device: str = _opt("auto", "cpu or cuda; auto picks cuda when available.")
     attention_backend: str | None = _opt(
-        None, "Attention implementation (default: triton on CUDA, torch on CPU).", choices=ATTENTION_BACKENDS
+        None,
+        "Attention implementation (default: triton on CUDA, torch on CPU).",
+        choices=ATTENTION_BACKENDS,
     )
     schedule_policy: str = _opt("lpm", "Order of the waiting queue.", choices=SCHEDULE_POLICIES)
-    disable_radix_cache: bool = _opt(False, "Free KV when a request ends instead of caching prefixes.")
+    disable_radix_cache: bool = _opt(
+        False, "Free KV when a request ends instead of caching prefixes."
+    )
     chunked_prefill_size: int = _opt(
         1024, "Longest prompt piece prefilled in one step (-1: whole prompts)."
     )
     max_prefill_tokens: int = _opt(4096, "Token budget for prefill in one step.")
     max_running_requests: int = _opt(128, "Most requests decoding at once.")
-    max_total_tokens: int | None = _opt(None, "Size of the KV pool in tokens (default: from --mem-fraction).")
+    max_total_tokens: int | None = _opt(
+        None, "Size of the KV pool in tokens (default: from --mem-fraction)."
+    )
     mem_fraction: float = _opt(0.25, "Fraction of free memory given to the KV pool.")
     context_length: int | None = _opt(None, "Longest sequence (default: the model's).")
     random_seed: int = _opt(0, "Seed for unseeded sampling.")
-    api_key: str | None = _opt(None, "Require 'Authorization: Bearer KEY' on every endpoint but /health.")
+    api_key: str | None = _opt(
+        None, "Require 'Authorization: Bearer KEY' on every endpoint but /health."
+    )
     log_level: str = _opt("info", "Logging level.")
 
     def __post_init__(self):
         if self.schedule_policy not in SCHEDULE_POLICIES:
-            raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
+            raise ValueError(
+                f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"
+            )
         if self.attention_backend not in (None, *ATTENTION_BACKENDS):
-            raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}")
+            raise ValueError(
+                f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}"
+            )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
@@ -65,11 +79,23 @@ class ServerArgs:
                 continue
             kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
             parser.add_argument(
-                flag, type=kind, default=f.default, choices=f.metadata.get("choices"), help=help_text
+                flag,
+                type=kind,
+                default=f.default,
+                choices=f.metadata.get("choices"),
+                help=help_text,
             )
-        parser.add_argument("--mem-fraction-static", dest="mem_fraction", type=float, help=argparse.SUPPRESS)
+        parser.add_argument(
+            "--mem-fraction-static", dest="mem_fraction", type=float, help=argparse.SUPPRESS
+        )
 
     @classmethod
     def from_cli(cls, args: argparse.Namespace) -> ServerArgs:
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in vars(args).items() if k in names and v is not None or k == "api_key"})
+        return cls(
+            **{
+                k: v
+                for k, v in vars(args).items()
+                if k in names and v is not None or k == "api_key"
+            }
+        )

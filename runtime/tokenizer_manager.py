@@ -74,8 +74,16 @@ class TokenizerManager:
         """Tokenize and validate a /generate body; raises ValueError naming the bad field."""
         return normalize_generate_input(self.tokenizer, text, input_ids, sampling_params, rid)
 
-    def submit(self, rid, input_ids, params, return_logprob=False, logprob_start_len=-1,
-               top_logprobs_num=0, stream=False) -> ReqState:
+    def submit(
+        self,
+        rid,
+        input_ids,
+        params,
+        return_logprob=False,
+        logprob_start_len=-1,
+        top_logprobs_num=0,
+        stream=False,
+    ) -> ReqState:
         if rid in self.states:
             raise ValueError(f"rid {rid!r} is already in use")
         if top_logprobs_num < 0 or not isinstance(top_logprobs_num, int):
@@ -83,7 +91,9 @@ class TokenizerManager:
         state = ReqState(rid, len(input_ids), params, return_logprob, top_logprobs_num)
         self.states[rid] = state
         self.send.send_pyobj(
-            TokenizedGenerateReq(rid, input_ids, params, return_logprob, logprob_start_len, top_logprobs_num, stream)
+            TokenizedGenerateReq(
+                rid, input_ids, params, return_logprob, logprob_start_len, top_logprobs_num, stream
+            )
         )
         self.metrics.requests.inc()
         self.metrics.prompt_tokens.inc(len(input_ids))
@@ -167,9 +177,14 @@ class TokenizerManager:
             self.metrics.generation_tokens.inc(len(out.new_ids))
         if state.result is None:
             state.result = GenerationResult(
-                rid=state.rid, text="", output_ids=[], finish_reason=None,
-                prompt_tokens=out.prompt_tokens, cached_tokens=out.cached_tokens,
-                return_logprob=state.return_logprob, top_logprobs_num=state.top_logprobs_num,
+                rid=state.rid,
+                text="",
+                output_ids=[],
+                finish_reason=None,
+                prompt_tokens=out.prompt_tokens,
+                cached_tokens=out.cached_tokens,
+                return_logprob=state.return_logprob,
+                top_logprobs_num=state.top_logprobs_num,
             )
         res = state.result
         res.text, res.output_ids = state.text, state.output_ids

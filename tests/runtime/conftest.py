@@ -35,12 +35,16 @@ def tiny_config(model_type: str, **overrides):
     return AutoConfig.for_model(model_type, **base)
 
 
-def make_tiny_model(folder: str, smollm2_folder: str, model_type: str, seed: int = 0, **overrides) -> str:
+def make_tiny_model(
+    folder: str, smollm2_folder: str, model_type: str, seed: int = 0, **overrides
+) -> str:
     """Save a random model of `model_type` with SmolLM2's tokenizer into `folder`."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(model_type, **overrides), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(
+        tiny_config(model_type, **overrides), dtype=torch.float32
+    )
     with torch.no_grad():  # random biases and norms so that every parameter matters
         for name, p in model.named_parameters():
             if name.endswith("bias") or "norm" in name:

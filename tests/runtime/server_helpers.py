@@ -21,7 +21,9 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
         cmd = [sys.executable, "-m", "runtime.launch_server", "--port", str(self.port), *extra_args]
-        self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"radixgen-server-{self.port}.log"), "w+")
+        self.log = open(  # noqa: SIM115 (kept open for the server's lifetime)
+            os.path.join(os.environ.get("TMPDIR", "/tmp"), f"radixgen-server-{self.port}.log"), "w+"
+        )
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + timeout
         while time.time() < deadline:

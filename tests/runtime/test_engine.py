@@ -10,7 +10,7 @@ from runtime import Engine
 PROMPTS = [
     "The capital of France is",
     "Write a haiku about the sea.\n",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "Once upon a time, in a small village at the edge of a dark forest, there lived an old "
     "woodcutter and his three children. Every morning",
 ]
@@ -42,7 +42,9 @@ def test_greedy_matches_transformers_generate(engine, smollm2_folder):
     for prompt, out in zip(PROMPTS, batch):
         ids = engine.tokenizer.encode(prompt)
         with torch.no_grad():
-            ref = hf.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)[0, len(ids) :]
+            ref = hf.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)[
+                0, len(ids) :
+            ]
         assert out["output_ids"] == ref.tolist(), prompt
         alone = engine.generate(prompt, GREEDY)
         assert alone["output_ids"] == out["output_ids"]
@@ -109,7 +111,10 @@ def test_input_logprobs_match_a_direct_forward(engine, smollm2_folder):
     text = "Paris is the capital and largest city of France."
     ids = engine.tokenizer.encode(text)
     out = engine.generate(
-        text, {"max_new_tokens": 1, "temperature": 0}, return_logprob=True, logprob_start_len=3,
+        text,
+        {"max_new_tokens": 1, "temperature": 0},
+        return_logprob=True,
+        logprob_start_len=3,
         return_text_in_logprobs=True,
     )
     hf = AutoModelForCausalLM.from_pretrained(smollm2_folder, dtype=torch.float32).eval()
@@ -129,7 +134,11 @@ def test_penalties_change_the_distribution_as_defined(engine):
     from runtime.sampling_params import SamplingParams
 
     logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
-    req = Req("r", [0], SamplingParams(frequency_penalty=0.5, presence_penalty=0.25, repetition_penalty=2.0))
+    req = Req(
+        "r",
+        [0],
+        SamplingParams(frequency_penalty=0.5, presence_penalty=0.25, repetition_penalty=2.0),
+    )
     req.output_ids = [3, 3, 2]
     apply_penalties(logits, [req], [0], vocab=4)
     # token 0: only in the prompt -> repetition penalty only (positive: divided)
@@ -143,6 +152,7 @@ def test_penalties_change_the_distribution_as_defined(engine):
         "la la la la la la", {"max_new_tokens": 12, "temperature": 0, "repetition_penalty": 2.0}
     )
     assert plain["output_ids"] != penal["output_ids"]
+
     def most_repeated(ids):
         return max(ids.count(t) for t in ids)
 
@@ -161,19 +171,25 @@ def test_stop_conditions(engine):
     )
     assert kept["text"].endswith(word) or word in kept["text"]
     tok = base["output_ids"][5]
-    out = engine.generate(PROMPTS[3], {"max_new_tokens": 24, "temperature": 0, "stop_token_ids": [tok]})
+    out = engine.generate(
+        PROMPTS[3], {"max_new_tokens": 24, "temperature": 0, "stop_token_ids": [tok]}
+    )
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": tok}
     assert out["output_ids"][-1] == tok and tok not in out["output_ids"][:-1]
 
 
 def test_eos_min_new_tokens_and_ignore_eos(engine):
     chat = engine.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False, add_generation_prompt=True
+        [{"role": "user", "content": "What is the capital of France?"}],
+        tokenize=False,
+        add_generation_prompt=True,
     )
     out = engine.generate(chat, {"max_new_tokens": 64, "temperature": 0})
     assert out["meta_info"]["finish_reason"]["type"] == "stop"
     n = out["meta_info"]["completion_tokens"]
-    longer = engine.generate(chat, {"max_new_tokens": 64, "temperature": 0, "min_new_tokens": n + 3})
+    longer = engine.generate(
+        chat, {"max_new_tokens": 64, "temperature": 0, "min_new_tokens": n + 3}
+    )
     assert longer["meta_info"]["completion_tokens"] >= n + 3
     ignored = engine.generate(chat, {"max_new_tokens": n + 5, "temperature": 0, "ignore_eos": True})
     assert ignored["meta_info"]["completion_tokens"] == n + 5

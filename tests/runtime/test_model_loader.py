@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -48,7 +49,9 @@ def test_gguf_tokenizer_matches_transformers(gguf_path, smollm2_folder):
     text = "Hello world 12345 ünïcødé 🤖 <|im_start|>user\nhi<|im_end|>  two\t\ttabs"
     assert ours.encode(text) == ref.encode(text)
     assert ours.decode(ours.encode(text)) == text
-    chat = ours.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    chat = ours.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert chat.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 
@@ -73,9 +76,11 @@ def test_gguf_and_hf_folder_load_the_same_engine_weights(tmp_path, smollm2_folde
     weights = {k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}
     save_file(weights, tmp_path / "model.safetensors")
     for f in ("tokenizer.json", "tokenizer_config.json"):
-        (tmp_path / f).write_bytes(open(os.path.join(smollm2_folder, f), "rb").read())
+        shutil.copy(os.path.join(smollm2_folder, f), tmp_path / f)
     a = ModelRunner(ServerArgs(model_path="smollm2", dtype="float32", max_total_tokens=64)).model
-    b = ModelRunner(ServerArgs(model_path=str(tmp_path), dtype="float32", max_total_tokens=64)).model
+    b = ModelRunner(
+        ServerArgs(model_path=str(tmp_path), dtype="float32", max_total_tokens=64)
+    ).model
     sb = b.state_dict()
     for name, tensor in a.state_dict().items():
         assert torch.equal(tensor, sb[name]), name

@@ -92,7 +92,9 @@ class RadixCacheMachine(RuleBasedStateMachine):
                 locked_nodes.add(id(node))
                 node = node.parent
         tree_nodes = {id(n): n for n in self.cache._nodes()}
-        assert self.cache.protected_size() == sum(len(tree_nodes[i].key) for i in locked_nodes if i in tree_nodes)
+        assert self.cache.protected_size() == sum(
+            len(tree_nodes[i].key) for i in locked_nodes if i in tree_nodes
+        )
 
 
 TestRadixCache = RadixCacheMachine.TestCase

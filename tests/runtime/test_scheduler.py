@@ -72,7 +72,9 @@ def test_same_outputs_without_cache_in_a_small_pool(reference):
 
 
 def test_pool_is_whole_after_aborts():
-    engine = Engine(model_path="smollm2", dtype="float32", max_total_tokens=2048, log_level="warning")
+    engine = Engine(
+        model_path="smollm2", dtype="float32", max_total_tokens=2048, log_level="warning"
+    )
     sch = engine.scheduler
     rng = random.Random(0)
     reqs = []
@@ -102,7 +104,9 @@ def test_shared_500_token_prefix_is_reused():
     rng = random.Random(1)
     prefix = [rng.randrange(20, 40000) for _ in range(500)]
     first = engine.generate(input_ids=prefix + [101, 102], sampling_params={"max_new_tokens": 1})
-    second = engine.generate(input_ids=prefix + [201, 202, 203], sampling_params={"max_new_tokens": 1})
+    second = engine.generate(
+        input_ids=prefix + [201, 202, 203], sampling_params={"max_new_tokens": 1}
+    )
     assert first["meta_info"]["cached_tokens"] == 0
     assert second["meta_info"]["cached_tokens"] >= 500
     assert second["meta_info"]["ttft"] < first["meta_info"]["ttft"]
@@ -116,7 +120,9 @@ def test_prefill_only_requests_warm_the_cache():
 
 
 def test_input_logprobs_with_a_cached_prefix():
-    engine = Engine(model_path="smollm2", dtype="float32", log_level="warning", max_total_tokens=4096)
+    engine = Engine(
+        model_path="smollm2", dtype="float32", log_level="warning", max_total_tokens=4096
+    )
     cold = engine.generate(SHARED, {"max_new_tokens": 1}, return_logprob=True, logprob_start_len=0)
     warm = engine.generate(SHARED, {"max_new_tokens": 1}, return_logprob=True, logprob_start_len=0)
     a = [lp for lp, _, _ in cold["meta_info"]["input_token_logprobs"][1:]]

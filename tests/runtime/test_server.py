@@ -49,19 +49,29 @@ def test_models_and_model_info(server, client):
 
 
 def test_chat_completion_and_cached_tokens(client):
-    first = client.chat.completions.create(model="smollm2", messages=CHAT, max_tokens=16, temperature=0)
+    first = client.chat.completions.create(
+        model="smollm2", messages=CHAT, max_tokens=16, temperature=0
+    )
     assert "Paris" in first.choices[0].message.content
     assert first.choices[0].finish_reason in ("stop", "length")
     assert first.usage.completion_tokens > 0 and first.usage.prompt_tokens > 10
-    again = client.chat.completions.create(model="smollm2", messages=CHAT, max_tokens=16, temperature=0)
+    again = client.chat.completions.create(
+        model="smollm2", messages=CHAT, max_tokens=16, temperature=0
+    )
     assert again.choices[0].message.content == first.choices[0].message.content
     assert again.usage.prompt_tokens_details.cached_tokens > 10
 
 
 def test_chat_streaming_matches_and_reports_usage(client):
-    full = client.chat.completions.create(model="smollm2", messages=CHAT, max_tokens=20, temperature=0)
+    full = client.chat.completions.create(
+        model="smollm2", messages=CHAT, max_tokens=20, temperature=0
+    )
     stream = client.chat.completions.create(
-        model="smollm2", messages=CHAT, max_tokens=20, temperature=0, stream=True,
+        model="smollm2",
+        messages=CHAT,
+        max_tokens=20,
+        temperature=0,
+        stream=True,
         stream_options={"include_usage": True},
     )
     pieces, finish, usage = [], None, None
@@ -77,18 +87,34 @@ def test_chat_streaming_matches_and_reports_usage(client):
 
 
 def test_completion_n_stop_and_logprobs(client, server):
-    out = client.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=8, temperature=0)
-    native = httpx.post(f"{server.url}/generate", json={"text": "The capital of France is",
-                        "sampling_params": {"max_new_tokens": 8, "temperature": 0}}).json()
+    out = client.completions.create(
+        model="smollm2", prompt="The capital of France is", max_tokens=8, temperature=0
+    )
+    native = httpx.post(
+        f"{server.url}/generate",
+        json={
+            "text": "The capital of France is",
+            "sampling_params": {"max_new_tokens": 8, "temperature": 0},
+        },
+    ).json()
     assert out.choices[0].text == native["text"]
-    two = client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=8, n=2, temperature=1.0)
+    two = client.completions.create(
+        model="smollm2", prompt="Once upon a time", max_tokens=8, n=2, temperature=1.0
+    )
     assert len(two.choices) == 2 and {c.index for c in two.choices} == {0, 1}
     word = native["text"].split()[1]
-    stopped = client.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=8,
-                                        temperature=0, stop=[word])
+    stopped = client.completions.create(
+        model="smollm2", prompt="The capital of France is", max_tokens=8, temperature=0, stop=[word]
+    )
     assert word not in stopped.choices[0].text and stopped.choices[0].finish_reason == "stop"
-    lp = client.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=4,
-                                   temperature=0, logprobs=3, echo=True)
+    lp = client.completions.create(
+        model="smollm2",
+        prompt="The capital of France is",
+        max_tokens=4,
+        temperature=0,
+        logprobs=3,
+        echo=True,
+    )
     data = lp.choices[0].logprobs
     assert lp.choices[0].text.startswith("The capital of France is")
     assert data.token_logprobs[0] is None and len(data.tokens) == 5 + 4
@@ -96,8 +122,9 @@ def test_completion_n_stop_and_logprobs(client, server):
 
 
 def test_chat_logprobs(client):
-    out = client.chat.completions.create(model="smollm2", messages=CHAT, max_tokens=6, temperature=0,
-                                         logprobs=True, top_logprobs=3)
+    out = client.chat.completions.create(
+        model="smollm2", messages=CHAT, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3
+    )
     content = out.choices[0].logprobs.content
     assert len(content) == out.usage.completion_tokens
     for entry in content:
@@ -106,19 +133,37 @@ def test_chat_logprobs(client):
 
 
 def test_native_batch_stream_and_logprobs(server):
-    outs = httpx.post(f"{server.url}/generate", json={
-        "text": ["Hello", "The sky is"], "sampling_params": {"max_new_tokens": 4, "temperature": 0},
-        "return_logprob": True, "top_logprobs_num": 2, "return_text_in_logprobs": True}, timeout=60).json()
+    outs = httpx.post(
+        f"{server.url}/generate",
+        json={
+            "text": ["Hello", "The sky is"],
+            "sampling_params": {"max_new_tokens": 4, "temperature": 0},
+            "return_logprob": True,
+            "top_logprobs_num": 2,
+            "return_text_in_logprobs": True,
+        },
+        timeout=60,
+    ).json()
     assert len(outs) == 2
     for o in outs:
         assert len(o["meta_info"]["output_token_logprobs"]) == 4
         assert isinstance(o["meta_info"]["output_token_logprobs"][0][2], str)
-    ids = httpx.post(f"{server.url}/generate", json={"input_ids": [[1, 2, 3], [4, 5, 6]],
-                     "sampling_params": {"max_new_tokens": 2}}).json()
+    ids = httpx.post(
+        f"{server.url}/generate",
+        json={"input_ids": [[1, 2, 3], [4, 5, 6]], "sampling_params": {"max_new_tokens": 2}},
+    ).json()
     assert [o["meta_info"]["prompt_tokens"] for o in ids] == [3, 3]
     chunks = []
-    with httpx.stream("POST", f"{server.url}/generate", json={"text": "Count: one, two,",
-                      "sampling_params": {"max_new_tokens": 12, "temperature": 0}, "stream": True}, timeout=60) as r:
+    with httpx.stream(
+        "POST",
+        f"{server.url}/generate",
+        json={
+            "text": "Count: one, two,",
+            "sampling_params": {"max_new_tokens": 12, "temperature": 0},
+            "stream": True,
+        },
+        timeout=60,
+    ) as r:
         for line in r.iter_lines():
             if line.startswith("data: "):
                 chunks.append(line[6:])
@@ -132,9 +177,16 @@ def test_native_batch_stream_and_logprobs(server):
 def test_abort_request_by_rid(server):
     async def main():
         async with httpx.AsyncClient(timeout=60) as c:
-            task = asyncio.create_task(c.post(f"{server.url}/generate", json={
-                "text": "Write a long story.", "rid": "to-abort",
-                "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}}))
+            task = asyncio.create_task(
+                c.post(
+                    f"{server.url}/generate",
+                    json={
+                        "text": "Write a long story.",
+                        "rid": "to-abort",
+                        "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True},
+                    },
+                )
+            )
             await asyncio.sleep(1.5)
             await c.post(f"{server.url}/abort_request", json={"rid": "to-abort"})
             return await task
@@ -148,9 +200,15 @@ def test_abort_request_by_rid(server):
 def test_32_concurrent_streams_then_pool_is_whole(server):
     async def one(c, i):
         text, done = "", False
-        async with c.stream("POST", f"{server.url}/generate", json={
-                "text": f"Question {i}: name a color.", "stream": True,
-                "sampling_params": {"max_new_tokens": 16, "temperature": 0.7, "seed": i}}) as r:
+        async with c.stream(
+            "POST",
+            f"{server.url}/generate",
+            json={
+                "text": f"Question {i}: name a color.",
+                "stream": True,
+                "sampling_params": {"max_new_tokens": 16, "temperature": 0.7, "seed": i},
+            },
+        ) as r:
             assert r.status_code == 200
             async for line in r.aiter_lines():
                 if line == "data: [DONE]":
@@ -171,9 +229,16 @@ def test_32_concurrent_streams_then_pool_is_whole(server):
 
 def test_disconnect_mid_stream_aborts(server):
     before = stats(server)["aborted_requests"]
-    with httpx.stream("POST", f"{server.url}/generate", json={
-            "text": "Tell me everything about the ocean.", "stream": True,
-            "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}}, timeout=60) as r:
+    with httpx.stream(
+        "POST",
+        f"{server.url}/generate",
+        json={
+            "text": "Tell me everything about the ocean.",
+            "stream": True,
+            "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True},
+        },
+        timeout=60,
+    ) as r:
         for n, _ in enumerate(r.iter_lines()):
             if n > 4:
                 break
@@ -201,10 +266,30 @@ BAD = [
     ("/v1/completions", {"model": "smollm2", "prompt": ""}, "prompt"),
     ("/v1/completions", {"model": "smollm2", "prompt": "hi", "temperature": "hot"}, "temperature"),
     ("/v1/chat/completions", {"model": "smollm2", "messages": []}, "messages"),
-    ("/v1/chat/completions", {"model": "smollm2", "messages": CHAT, "max_tokens": -1}, "max_tokens"),
-    ("/v1/chat/completions", {"model": "smollm2", "messages": CHAT, "response_format": {"type": "json_object"}}, "response_format"),
-    ("/v1/chat/completions", {"model": "smollm2", "messages": CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    ("/v1/chat/completions", {"model": "smollm2", "messages": [{"role": "wizard", "content": "x"}]}, "role"),
+    (
+        "/v1/chat/completions",
+        {"model": "smollm2", "messages": CHAT, "max_tokens": -1},
+        "max_tokens",
+    ),
+    (
+        "/v1/chat/completions",
+        {"model": "smollm2", "messages": CHAT, "response_format": {"type": "json_object"}},
+        "response_format",
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "model": "smollm2",
+            "messages": CHAT,
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+        },
+        "tools",
+    ),
+    (
+        "/v1/chat/completions",
+        {"model": "smollm2", "messages": [{"role": "wizard", "content": "x"}]},
+        "role",
+    ),
 ]
 
 
@@ -214,7 +299,9 @@ def test_bad_input_gets_400(server, path, body, word):
     r = httpx.post(f"{server.url}{path}", timeout=30, **kw)
     assert r.status_code == 400, r.text
     assert word.lower() in r.json()["error"]["message"].lower()
-    ok = httpx.post(f"{server.url}/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 1}})
+    ok = httpx.post(
+        f"{server.url}/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 1}}
+    )
     assert ok.status_code == 200
 
 
@@ -228,12 +315,17 @@ def test_flush_cache_and_health_generate(server):
 
 
 def test_api_key():
-    s = ServerProcess("--model-path", "smollm2", "--max-total-tokens", "2048", "--api-key", "sekret")
+    s = ServerProcess(
+        "--model-path", "smollm2", "--max-total-tokens", "2048", "--api-key", "sekret"
+    )
     try:
         assert httpx.get(f"{s.url}/health").status_code == 200
         body = {"text": "hi", "sampling_params": {"max_new_tokens": 1}}
         assert httpx.post(f"{s.url}/generate", json=body).status_code == 401
-        assert httpx.get(f"{s.url}/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert (
+            httpx.get(f"{s.url}/v1/models", headers={"Authorization": "Bearer wrong"}).status_code
+            == 401
+        )
         ok = httpx.post(f"{s.url}/generate", json=body, headers={"Authorization": "Bearer sekret"})
         assert ok.status_code == 200
     finally:
