@@ -1,0 +1,66 @@
+"""Torch reference implementations of the Triton kernels (same arguments, same results)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _attend(q, k, v, sm_scale, mask=None):
+    """q: [L, H, D]; k, v: [S, KVH, D]; mask: [L, S] bool or None. fp32 math."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    k = k.float().repeat_interleave(heads // kv_heads, dim=1)
+    v = v.float().repeat_interleave(heads // kv_heads, dim=1)
+    scores = torch.einsum("lhd,shd->hls", q.float(), k) * sm_scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask[None], float("-inf"))
+    return torch.einsum("hls,shd->lhd", torch.softmax(scores, dim=-1), v)
+
+
+def extend_attention_ref(
+    q_extend,
+    k_extend,
+    v_extend,
+    o_extend,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    sm_scale=None,
+    causal=True,
+):
+    """Each request's new tokens attend to its cached prefix and (causally) to each other."""
+    sm_scale = sm_scale if sm_scale is not None else q_extend.shape[-1] ** -0.5
+    for i in range(qo_indptr.numel() - 1):
+        q0, q1 = int(qo_indptr[i]), int(qo_indptr[i + 1])
+        slots = kv_indices[int(kv_indptr[i]) : int(kv_indptr[i + 1])].long()
+        prefix = slots.numel()
+        k = torch.cat([k_buffer[slots], k_extend[q0:q1]])
+        v = torch.cat([v_buffer[slots], v_extend[q0:q1]])
+        mask = None
+        if causal:
+            length = q1 - q0
+            mask = torch.arange(prefix + length, device=q_extend.device)[None, :] <= (
+                prefix + torch.arange(length, device=q_extend.device)[:, None]
+            )
+        o_extend[q0:q1] = _attend(q_extend[q0:q1], k, v, sm_scale, mask).to(o_extend.dtype)
+
+
+def decode_attention_ref(
+    q, k_buffer, v_buffer, o, kv_indptr, kv_indices, num_kv_splits=None, sm_scale=None
+):
+    """One query per request over its KV slots."""
+    sm_scale = sm_scale if sm_scale is not None else q.shape[-1] ** -0.5
+    for i in range(q.shape[0]):
+        slots = kv_indices[int(kv_indptr[i]) : int(kv_indptr[i + 1])].long()
+        o[i] = _attend(q[i : i + 1], k_buffer[slots], v_buffer[slots], sm_scale)[0].to(o.dtype)
+
+
+def apply_token_bitmask_inplace_ref(logits, bitmask, indices=None):
+    """Set logits to -inf where the token's bit in the int32 bitmask is 0."""
+    vocab = logits.shape[-1]
+    bits = (bitmask.to(torch.int64)[..., :, None] >> torch.arange(32, device=bitmask.device)) & 1
+    allowed = bits.reshape(*bitmask.shape[:-1], -1)[..., :vocab].bool()
+    rows = range(logits.shape[0]) if indices is None else [int(i) for i in indices]
+    for r in rows:
+        logits[r].masked_fill_(~allowed[r], float("-inf"))

@@ -1,0 +1,371 @@
+"""Triton kernels: extend and decode attention over the token-index KV pool, and the token bitmask.
+
+Loads are upcast to float32 and every accumulation is float32 (also needed under
+TRITON_INTERPRET=1, where bfloat16 arithmetic is wrong). Head dims that are not powers of two
+(80, 96) run in a power-of-two block with the tail masked.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _extend_kernel(
+    Q,
+    K_ext,
+    V_ext,
+    O,
+    K_buf,
+    V_buf,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    sm_scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    stride_kbs,
+    stride_kbh,
+    stride_vbs,
+    stride_vbh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
+    req = tl.program_id(0)
+    head = tl.program_id(1)
+    block_m = tl.program_id(2)
+    kv_head = head // GROUP
+    q_start = tl.load(qo_indptr + req)
+    q_len = tl.load(qo_indptr + req + 1) - q_start
+    kv_start = tl.load(kv_indptr + req)
+    prefix = tl.load(kv_indptr + req + 1) - kv_start
+
+    offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m = offs_m < q_len
+    mask_d = offs_d < HEAD_DIM
+    q = tl.load(
+        Q + (q_start + offs_m)[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
+        mask=mask_m[:, None] & mask_d[None, :],
+        other=0.0,
+    ).to(tl.float32)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+    # the cached prefix, read through the slot indices
+    for start_n in range(0, prefix, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < prefix
+        slots = tl.load(kv_indices + kv_start + offs_n, mask=mask_n, other=0)
+        k = tl.load(
+            K_buf + slots[:, None] * stride_kbs + kv_head * stride_kbh + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        s = tl.dot(q, tl.trans(k)) * sm_scale
+        s = tl.where(mask_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        v = tl.load(
+            V_buf + slots[:, None] * stride_vbs + kv_head * stride_vbh + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        m_i = m_new
+
+    # the new tokens themselves, causally
+    end_n = tl.minimum((block_m + 1) * BLOCK_M, q_len) if CAUSAL else q_len
+    for start_n in range(0, end_n, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < q_len
+        k = tl.load(
+            K_ext + (q_start + offs_n)[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        s = tl.dot(q, tl.trans(k)) * sm_scale
+        keep = mask_n[None, :]
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        v = tl.load(
+            V_ext + (q_start + offs_n)[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        m_i = m_new
+
+    out = acc / l_i[:, None]
+    tl.store(
+        O + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+        out.to(O.dtype.element_ty),
+        mask=mask_m[:, None] & mask_d[None, :],
+    )
+
+
+def extend_attention_fwd(
+    q_extend,
+    k_extend,
+    v_extend,
+    o_extend,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    sm_scale=None,
+    causal=True,
+    max_extend_len=None,
+):
+    """o_extend[rows of request i] = attention of those rows over the request's cached slots
+    kv_indices[kv_indptr[i]:kv_indptr[i+1]] and, causally, over its own new tokens."""
+    num_reqs = qo_indptr.numel() - 1
+    heads, head_dim = q_extend.shape[1], q_extend.shape[2]
+    group = heads // k_extend.shape[1]
+    if max_extend_len is None:
+        max_extend_len = int((qo_indptr[1:] - qo_indptr[:-1]).max()) if num_reqs else 0
+    if num_reqs == 0 or max_extend_len == 0:
+        return
+    block_m, block_n = 32, 32
+    grid = (num_reqs, heads, triton.cdiv(max_extend_len, block_m))
+    _extend_kernel[grid](
+        q_extend,
+        k_extend,
+        v_extend,
+        o_extend,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        sm_scale if sm_scale is not None else head_dim**-0.5,
+        q_extend.stride(0),
+        q_extend.stride(1),
+        k_extend.stride(0),
+        k_extend.stride(1),
+        v_extend.stride(0),
+        v_extend.stride(1),
+        o_extend.stride(0),
+        o_extend.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        BLOCK_D=triton.next_power_of_2(head_dim),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        CAUSAL=causal,
+    )
+
+
+@triton.jit
+def _decode_split_kernel(
+    Q,
+    K_buf,
+    V_buf,
+    kv_indptr,
+    kv_indices,
+    Partial,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_kbs,
+    stride_kbh,
+    stride_vbs,
+    stride_vbh,
+    stride_pb,
+    stride_ph,
+    stride_ps,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+):
+    req = tl.program_id(0)
+    head = tl.program_id(1)
+    split = tl.program_id(2)
+    kv_head = head // GROUP
+    kv_start = tl.load(kv_indptr + req)
+    length = tl.load(kv_indptr + req + 1) - kv_start
+    per_split = tl.cdiv(length, NUM_SPLITS)
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, length)
+
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < HEAD_DIM
+    q = tl.load(Q + req * stride_qb + head * stride_qh + offs_d, mask=mask_d, other=0.0).to(
+        tl.float32
+    )
+    m_i = float("-inf")
+    l_i = 0.0
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < hi
+        slots = tl.load(kv_indices + kv_start + offs_n, mask=mask_n, other=0)
+        k = tl.load(
+            K_buf + slots[:, None] * stride_kbs + kv_head * stride_kbh + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        s = tl.sum(q[None, :] * k, 1) * sm_scale
+        s = tl.where(mask_n, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 0))
+        p = tl.exp(s - m_new)
+        alpha = tl.exp(m_i - m_new)
+        v = tl.load(
+            V_buf + slots[:, None] * stride_vbs + kv_head * stride_vbh + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+        l_i = l_i * alpha + tl.sum(p, 0)
+        m_i = m_new
+    base = Partial + req * stride_pb + head * stride_ph + split * stride_ps
+    if hi > lo:
+        tl.store(base + offs_d, acc / l_i, mask=mask_d)
+        tl.store(base + HEAD_DIM, m_i + tl.log(l_i))  # log-sum-exp of this split's scores
+    else:
+        tl.store(base + HEAD_DIM, float("-inf"))
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    Partial,
+    O,
+    stride_pb,
+    stride_ph,
+    stride_ps,
+    stride_ob,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+):
+    req = tl.program_id(0)
+    head = tl.program_id(1)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < HEAD_DIM
+    m_total = float("-inf")
+    weight = 0.0
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    for split in range(NUM_SPLITS):
+        base = Partial + req * stride_pb + head * stride_ph + split * stride_ps
+        lse = tl.load(base + HEAD_DIM)
+        if lse > float("-inf"):
+            part = tl.load(base + offs_d, mask=mask_d, other=0.0)
+            m_new = tl.maximum(m_total, lse)
+            scale_old = tl.exp(m_total - m_new)
+            scale_new = tl.exp(lse - m_new)
+            acc = acc * scale_old + part * scale_new
+            weight = weight * scale_old + scale_new
+            m_total = m_new
+    tl.store(
+        O + req * stride_ob + head * stride_oh + offs_d,
+        (acc / weight).to(O.dtype.element_ty),
+        mask=mask_d,
+    )
+
+
+def decode_attention_fwd(
+    q, k_buffer, v_buffer, o, kv_indptr, kv_indices, num_kv_splits, sm_scale=None
+):
+    """Flash-decoding: each request's KV is split into num_kv_splits ranges processed in parallel,
+    then merged with a log-sum-exp reduction. q, o: [batch, heads, head_dim]."""
+    batch, heads, head_dim = q.shape
+    if batch == 0:
+        return
+    group = heads // k_buffer.shape[1]
+    splits = max(int(num_kv_splits), 1)
+    partial = torch.empty(
+        (batch, heads, splits, head_dim + 1), dtype=torch.float32, device=q.device
+    )
+    block_d = triton.next_power_of_2(head_dim)
+    _decode_split_kernel[(batch, heads, splits)](
+        q,
+        k_buffer,
+        v_buffer,
+        kv_indptr,
+        kv_indices,
+        partial,
+        sm_scale if sm_scale is not None else head_dim**-0.5,
+        q.stride(0),
+        q.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        partial.stride(0),
+        partial.stride(1),
+        partial.stride(2),
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_N=32,
+        NUM_SPLITS=splits,
+    )
+    _decode_reduce_kernel[(batch, heads)](
+        partial,
+        o,
+        partial.stride(0),
+        partial.stride(1),
+        partial.stride(2),
+        o.stride(0),
+        o.stride(1),
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        NUM_SPLITS=splits,
+    )
+
+
+@triton.jit
+def _bitmask_kernel(Logits, Bitmask, Rows, vocab, stride_l, stride_b, BLOCK: tl.constexpr):
+    row = tl.load(Rows + tl.program_id(0))
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_vocab = offs < vocab
+    words = tl.load(Bitmask + row * stride_b + offs // 32, mask=in_vocab, other=0)
+    allowed = ((words >> (offs % 32)) & 1) != 0
+    tl.store(Logits + row * stride_l + offs, float("-inf"), mask=in_vocab & ~allowed)
+
+
+def apply_token_bitmask_inplace(logits, bitmask, indices=None):
+    """Set logits[r, t] = -inf where bit t of bitmask[r] is 0, for every row or the rows in indices."""
+    if logits.dim() == 1:
+        logits, bitmask = logits[None], bitmask.reshape(1, -1)
+    rows = (
+        torch.arange(logits.shape[0], device=logits.device)
+        if indices is None
+        else torch.as_tensor(indices, device=logits.device)
+    ).to(torch.int32)
+    if rows.numel() == 0:
+        return
+    vocab = logits.shape[-1]
+    block = 1024
+    _bitmask_kernel[(rows.numel(), triton.cdiv(vocab, block))](
+        logits, bitmask, rows, vocab, logits.stride(0), bitmask.stride(0), BLOCK=block
+    )

@@ -1,0 +1,112 @@
+"""Triton kernels against their torch references (on the GPU when there is one, else in
+Triton's interpreter), and a whole model on the triton backend against the torch backend."""
+
+import pytest
+import torch
+
+from kernels import (
+    apply_token_bitmask_inplace,
+    apply_token_bitmask_inplace_ref,
+    decode_attention_fwd,
+    decode_attention_ref,
+    extend_attention_fwd,
+    extend_attention_ref,
+)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = {torch.float32: 2e-3 if DEVICE == "cuda" else 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+CASES = [(ratio, head_dim) for ratio in (1, 3, 8) for head_dim in (64, 80, 96, 128)]
+
+
+def make_pool(slots: int, kv_heads: int, head_dim: int, dtype, gen):
+    # a head-major pool viewed as [slots, kv_heads, head_dim], like runtime.memory_pool
+    k = torch.randn(kv_heads, slots, head_dim, generator=gen).to(DEVICE, dtype).transpose(0, 1)
+    v = torch.randn(kv_heads, slots, head_dim, generator=gen).to(DEVICE, dtype).transpose(0, 1)
+    return k, v
+
+
+def ragged(lengths, gen, slots):
+    """indptr over `lengths` and random, non-contiguous slot indices (slot 0 is never used)."""
+    indptr = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    indptr[1:] = torch.tensor(lengths).cumsum(0)
+    indices = (torch.randperm(slots - 1, generator=gen)[: int(indptr[-1])] + 1).to(torch.int32)
+    return indptr.to(DEVICE), indices.to(DEVICE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("ratio, head_dim", CASES)
+def test_extend_matches_reference(ratio, head_dim, dtype):
+    gen = torch.Generator().manual_seed(ratio * 1000 + head_dim)
+    kv_heads = 1 if ratio == 8 else 2
+    heads = kv_heads * ratio
+    prefixes = torch.randint(0, 41, (3,), generator=gen).tolist()
+    prefixes[0] = 0
+    extends = torch.randint(1, 9, (3,), generator=gen).tolist()
+    k_buf, v_buf = make_pool(160, kv_heads, head_dim, dtype, gen)
+    qo_indptr, _ = ragged(extends, gen, 160)
+    kv_indptr, kv_indices = ragged(prefixes, gen, 160)
+    total = sum(extends)
+    q = torch.randn(total, heads, head_dim, generator=gen).to(DEVICE, dtype)
+    k = torch.randn(total, kv_heads, head_dim, generator=gen).to(DEVICE, dtype)
+    v = torch.randn(total, kv_heads, head_dim, generator=gen).to(DEVICE, dtype)
+    out, ref = torch.empty_like(q), torch.empty_like(q)
+    extend_attention_fwd(q, k, v, out, k_buf, v_buf, qo_indptr, kv_indptr, kv_indices)
+    extend_attention_ref(q, k, v, ref, k_buf, v_buf, qo_indptr, kv_indptr, kv_indices)
+    assert (out.float() - ref.float()).abs().max() < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("ratio, head_dim", CASES)
+def test_decode_matches_reference(ratio, head_dim, dtype):
+    gen = torch.Generator().manual_seed(ratio * 7 + head_dim)
+    kv_heads = 1 if ratio == 8 else 2
+    heads = kv_heads * ratio
+    lengths = torch.randint(1, 41, (3,), generator=gen).tolist()
+    k_buf, v_buf = make_pool(160, kv_heads, head_dim, dtype, gen)
+    kv_indptr, kv_indices = ragged(lengths, gen, 160)
+    q = torch.randn(3, heads, head_dim, generator=gen).to(DEVICE, dtype)
+    for splits in (1, 4):
+        out, ref = torch.empty_like(q), torch.empty_like(q)
+        decode_attention_fwd(q, k_buf, v_buf, out, kv_indptr, kv_indices, splits)
+        decode_attention_ref(q, k_buf, v_buf, ref, kv_indptr, kv_indices)
+        assert (out.float() - ref.float()).abs().max() < TOL[dtype]
+
+
+@pytest.mark.parametrize("indices", [None, [0, 2]])
+def test_token_bitmask(indices):
+    gen = torch.Generator().manual_seed(3)
+    vocab = 1000
+    logits = torch.randn(3, vocab, generator=gen).to(DEVICE)
+    bitmask = torch.randint(
+        -(2**31), 2**31 - 1, (3, (vocab + 31) // 32), generator=gen, dtype=torch.int32
+    ).to(DEVICE)
+    ref = logits.clone()
+    apply_token_bitmask_inplace(logits, bitmask, indices)
+    apply_token_bitmask_inplace_ref(ref, bitmask, indices)
+    assert torch.equal(logits, ref)
+    bit = lambda t: (int(bitmask[0, t // 32]) >> (t % 32)) & 1  # noqa: E731
+    assert all((logits[0, t] == float("-inf")) == (bit(t) == 0) for t in range(0, vocab, 37))
+
+
+def test_whole_model_on_triton_backend_matches_torch(tmp_path):
+    from runtime import Engine
+    from runtime.model_loader import resolve_model_path
+    from tests.runtime.conftest import make_tiny_model
+
+    folder = make_tiny_model(str(tmp_path), resolve_model_path("smollm2"), "llama", seed=5)
+    prompts = [[5, 17, 300, 41, 9, 77], [1000, 2000, 3000]]
+    outputs = {}
+    for backend in ("torch", "triton"):
+        engine = Engine(
+            model_path=folder,
+            dtype="float32",
+            attention_backend=backend,
+            max_total_tokens=512,
+            device=DEVICE,
+            log_level="warning",
+        )
+        outs = engine.generate(
+            input_ids=prompts, sampling_params={"max_new_tokens": 6, "temperature": 0}
+        )
+        outputs[backend] = [o["output_ids"] for o in outs]
+    assert outputs["triton"] == outputs["torch"]
