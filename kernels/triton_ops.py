@@ -17,7 +17,7 @@ def _extend_kernel(
     Q,
     K_ext,
     V_ext,
-    O,
+    Out,
     K_buf,
     V_buf,
     qo_indptr,
@@ -119,8 +119,8 @@ def _extend_kernel(
 
     out = acc / l_i[:, None]
     tl.store(
-        O + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
-        out.to(O.dtype.element_ty),
+        Out + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+        out.to(Out.dtype.element_ty),
         mask=mask_m[:, None] & mask_d[None, :],
     )
 
@@ -257,7 +257,7 @@ def _decode_split_kernel(
 @triton.jit
 def _decode_reduce_kernel(
     Partial,
-    O,
+    Out,
     stride_pb,
     stride_ph,
     stride_ps,
@@ -286,8 +286,8 @@ def _decode_reduce_kernel(
             weight = weight * scale_old + scale_new
             m_total = m_new
     tl.store(
-        O + req * stride_ob + head * stride_oh + offs_d,
-        (acc / weight).to(O.dtype.element_ty),
+        Out + req * stride_ob + head * stride_oh + offs_d,
+        (acc / weight).to(Out.dtype.element_ty),
         mask=mask_d,
     )
 
