@@ -9,6 +9,7 @@ import logging
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -300,6 +301,7 @@ def launch_server(args: ServerArgs) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s: %(message)s")
     procs = ServerProcesses(args)
     try:
+        logger.info("ipc sockets in %s", procs.ipc_dir)
         info = procs.start()
         metrics = ServerMetrics()
         tm = TokenizerManager(
@@ -323,6 +325,10 @@ def launch_server(args: ServerArgs) -> None:
 
         procs.watch(on_death)
         logger.info("ready on http://%s:%d", args.host, args.port)
+        # uvicorn re-raises the signal that stopped it once it returns; let that land on a
+        # no-op so the cleanup below still runs.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
         server.run()
     finally:
         procs.stop()

@@ -22,17 +22,25 @@ class IncrementalDecoder:
         self.no_stop_trim = no_stop_trim
         self.ids: list[int] = []
         self.sent = 0  # characters already returned
+        self.text = ""  # decoded text of ids[:read_offset]
+        self.prefix_offset = 0  # decoding restarts a few tokens back, so merges stay correct
+        self.read_offset = 0
 
     def push(self, new_ids: list[int], finish_reason: dict | None = None) -> str:
         self.ids.extend(new_ids)
         if finish_reason is not None:
             text = self.final_text(finish_reason)
         else:
-            text = self._decode(self.ids)
-            if text.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its bytes
+            # decode only the tail: text of ids[prefix_offset:] minus that of ids[prefix_offset:read_offset]
+            settled = self._decode(self.ids[self.prefix_offset : self.read_offset])
+            tail = self._decode(self.ids[self.prefix_offset :])
+            if tail.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its bytes
                 return ""
+            self.text += tail[len(settled) :]
+            self.prefix_offset = max(self.read_offset - 4, 0)
+            self.read_offset = len(self.ids)
             hold = max((len(s) for s in self.stop_strings), default=1) - 1
-            text = text[: len(text) - hold] if hold else text
+            text = self.text[: len(self.text) - hold] if hold else self.text
         delta = text[self.sent :]
         self.sent = max(self.sent, len(text))
         return delta

@@ -1,0 +1,67 @@
+"""Shutdown paths: SIGTERM and Ctrl-C stop every process and remove the sockets; a crashed
+child takes the server down instead of leaving it hanging."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.runtime.server_helpers import ServerProcess
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def ipc_dir(server: ServerProcess) -> str:
+    return re.search(r"ipc sockets in (\S+)", server.output()).group(1)
+
+
+def wait_exit(proc, timeout=30) -> int:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return proc.returncode
+        time.sleep(0.2)
+    raise AssertionError("server did not exit")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_everything_and_removes_sockets(sig):
+    server = ServerProcess("--model-path", "smollm2", "--max-total-tokens", "1024")
+    try:
+        kids = children(server.proc.pid)
+        sockets = ipc_dir(server)
+        assert os.path.isdir(sockets)
+        server.proc.send_signal(sig)
+        wait_exit(server.proc)
+        time.sleep(0.5)
+        assert not os.path.exists(sockets)
+        for kid in kids:
+            assert (
+                not os.path.exists(f"/proc/{kid}")
+                or "zombie" in open(f"/proc/{kid}/status").read().lower()
+            )
+    finally:
+        server.stop()
+
+
+def test_crashed_scheduler_takes_the_server_down():
+    server = ServerProcess("--model-path", "smollm2", "--max-total-tokens", "1024")
+    try:
+        scheduler = [
+            k
+            for k in children(server.proc.pid)
+            if "spawn_main" in open(f"/proc/{k}/cmdline").read()
+        ]
+        assert scheduler
+        for k in scheduler:
+            os.kill(k, signal.SIGKILL)
+        wait_exit(server.proc)
+        assert "process died" in server.output()
+    finally:
+        server.stop()
