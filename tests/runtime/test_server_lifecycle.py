@@ -21,6 +21,11 @@ def ipc_dir(server: ServerProcess) -> str:
     return re.search(r"ipc sockets in (\S+)", server.output()).group(1)
 
 
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
 def wait_exit(proc, timeout=30) -> int:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -44,7 +49,7 @@ def test_signal_stops_everything_and_removes_sockets(sig):
         for kid in kids:
             assert (
                 not os.path.exists(f"/proc/{kid}")
-                or "zombie" in open(f"/proc/{kid}/status").read().lower()
+                or "zombie" in read(f"/proc/{kid}/status").lower()
             )
     finally:
         server.stop()
@@ -54,9 +59,7 @@ def test_crashed_scheduler_takes_the_server_down():
     server = ServerProcess("--model-path", "smollm2", "--max-total-tokens", "1024")
     try:
         scheduler = [
-            k
-            for k in children(server.proc.pid)
-            if "spawn_main" in open(f"/proc/{k}/cmdline").read()
+            k for k in children(server.proc.pid) if "spawn_main" in read(f"/proc/{k}/cmdline")
         ]
         assert scheduler
         for k in scheduler:
