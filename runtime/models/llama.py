@@ -9,7 +9,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from runtime.attention import AttentionBackend, ForwardBatch
-from runtime.layers import ColumnParallelLinear, RMSNorm, RotaryEmbedding, RowParallelLinear
+from runtime.layers import (
+    ColumnParallelLinear,
+    RMSNorm,
+    RotaryEmbedding,
+    RowParallelLinear,
+    apply_rotary,
+)
 from runtime.model_config import ModelConfig
 
 
@@ -29,7 +35,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x, positions, rotary, backend: AttentionBackend, batch: ForwardBatch):
+    def forward(self, x, cos_sin, backend: AttentionBackend, batch: ForwardBatch):
         n = x.shape[0]
         q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
         q = q.view(n, self.num_heads, self.head_dim)
@@ -37,7 +43,7 @@ class Attention(nn.Module):
         v = v.view(n, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotary(positions, q, k)
+        q, k = apply_rotary(q, k, cos_sin)
         return self.o_proj(backend.forward(q, k, v, self.layer_id, batch))
 
 
@@ -61,8 +67,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, h, positions, rotary, backend, batch):
-        h = h + self.self_attn(self.input_layernorm(h), positions, rotary, backend, batch)
+    def forward(self, h, cos_sin, backend, batch):
+        h = h + self.self_attn(self.input_layernorm(h), cos_sin, backend, batch)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -86,8 +92,9 @@ class LlamaForCausalLM(nn.Module):
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
         h = self.embed_tokens(batch.input_ids)
+        cos_sin = self.rotary.table(batch.positions, h.dtype)
         for layer in self.layers:
-            h = layer(h, batch.positions, self.rotary, backend, batch)
+            h = layer(h, cos_sin, backend, batch)
         return self.norm(h)
 
     @torch.inference_mode()
