@@ -13,6 +13,21 @@ import triton.language as tl
 
 
 @triton.jit
+def _online_softmax_block(q, k_ptrs, v_ptrs, load_mask, keep, sm_scale, m_i, l_i, acc):
+    """One key/value block of flash attention: update the running max, sum and output."""
+    k = tl.load(k_ptrs, mask=load_mask, other=0.0).to(tl.float32)
+    s = tl.dot(q, tl.trans(k)) * sm_scale
+    s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp(s - m_new[:, None])
+    alpha = tl.exp(m_i - m_new)
+    v = tl.load(v_ptrs, mask=load_mask, other=0.0).to(tl.float32)
+    acc = acc * alpha[:, None] + tl.dot(p, v)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _extend_kernel(
     Q,
     K_ext,
@@ -71,51 +86,38 @@ def _extend_kernel(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < prefix
         slots = tl.load(kv_indices + kv_start + offs_n, mask=mask_n, other=0)
-        k = tl.load(
+        m_i, l_i, acc = _online_softmax_block(
+            q,
             K_buf + slots[:, None] * stride_kbs + kv_head * stride_kbh + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        s = tl.dot(q, tl.trans(k)) * sm_scale
-        s = tl.where(mask_n[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        v = tl.load(
             V_buf + slots[:, None] * stride_vbs + kv_head * stride_vbh + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        m_i = m_new
+            mask_n[:, None] & mask_d[None, :],
+            mask_n[None, :],
+            sm_scale,
+            m_i,
+            l_i,
+            acc,
+        )
 
     # the new tokens themselves, causally
     end_n = tl.minimum((block_m + 1) * BLOCK_M, q_len) if CAUSAL else q_len
     for start_n in range(0, end_n, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < q_len
-        k = tl.load(
-            K_ext + (q_start + offs_n)[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        s = tl.dot(q, tl.trans(k)) * sm_scale
         keep = mask_n[None, :]
         if CAUSAL:
             keep = keep & (offs_n[None, :] <= offs_m[:, None])
-        s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        v = tl.load(
-            V_ext + (q_start + offs_n)[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        m_i = m_new
+        rows = q_start + offs_n
+        m_i, l_i, acc = _online_softmax_block(
+            q,
+            K_ext + rows[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :],
+            V_ext + rows[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
+            mask_n[:, None] & mask_d[None, :],
+            keep,
+            sm_scale,
+            m_i,
+            l_i,
+            acc,
+        )
 
     out = acc / l_i[:, None]
     tl.store(

@@ -62,6 +62,14 @@ def normalize_generate_input(
         rids = [uuid.uuid4().hex for _ in prompts]
     if len(rids) != len(prompts):
         raise ValueError("rid: give one id per prompt")
+    for sp in params:
+        constraint = next(
+            (n for n in ("json_schema", "regex", "ebnf") if getattr(sp, n) is not None), None
+        )
+        if constraint:
+            raise ValueError(
+                f"sampling_params.{constraint}: constrained decoding is not available yet"
+            )
     out_prompts, out_params, out_rids = [], [], []
     for prompt, sp, r in zip(prompts, params, rids):
         for i in range(sp.n):

@@ -77,6 +77,11 @@ def json_response(obj) -> Response:
     return Response(orjson.dumps(obj), media_type="application/json")
 
 
+def respond(out, stream: bool) -> Response:
+    """An SSE stream for an async iterator of events, else a JSON body."""
+    return StreamingResponse(out, media_type="text/event-stream") if stream else json_response(out)
+
+
 def create_app(
     args: ServerArgs, info: dict, tm: TokenizerManager, metrics: ServerMetrics
 ) -> FastAPI:
@@ -207,18 +212,12 @@ def create_app(
     @app.post("/v1/completions")
     async def completions(request: Request):
         body = await parse_body(request, CompletionRequest)
-        out = await openai.completions(body, request.is_disconnected)
-        if body.stream:
-            return StreamingResponse(out, media_type="text/event-stream")
-        return json_response(out)
+        return respond(await openai.completions(body, request.is_disconnected), body.stream)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         body = await parse_body(request, ChatCompletionRequest)
-        out = await openai.chat(body, request.is_disconnected)
-        if body.stream:
-            return StreamingResponse(out, media_type="text/event-stream")
-        return json_response(out)
+        return respond(await openai.chat(body, request.is_disconnected), body.stream)
 
     return app
 

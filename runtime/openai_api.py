@@ -115,6 +115,19 @@ def _finish(result: GenerationResult) -> str | None:
     return FINISH_REASONS.get(result.finish_reason["type"], "stop")
 
 
+def usage_chunk(kind: str, rid: str, created: int, model: str, states: list[ReqState]) -> dict:
+    """The last streamed chunk when stream_options.include_usage is set."""
+    results = [s.result for s in states if s.result is not None]
+    return {
+        "id": rid,
+        "object": kind,
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage(results),
+    }
+
+
 def sse(obj) -> str:
     return f"data: {json.dumps(obj)}\n\n"
 
@@ -288,17 +301,7 @@ class OpenAIServing:
             elif delta:
                 yield sse(chunk(i, delta))
         if (req.stream_options or {}).get("include_usage"):
-            results = [s.result for s in states if s.result is not None]
-            yield sse(
-                {
-                    "id": rid,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": req.model,
-                    "choices": [],
-                    "usage": usage(results),
-                }
-            )
+            yield sse(usage_chunk("text_completion", rid, created, req.model, states))
         yield "data: [DONE]\n\n"
 
     # ---- /v1/chat/completions ---------------------------------------------------------------
@@ -439,15 +442,5 @@ class OpenAIServing:
             elif delta or logprobs:
                 yield sse(chunk(i, {"content": delta}, None, logprobs))
         if (req.stream_options or {}).get("include_usage"):
-            results = [s.result for s in states if s.result is not None]
-            yield sse(
-                {
-                    "id": rid,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": req.model,
-                    "choices": [],
-                    "usage": usage(results),
-                }
-            )
+            yield sse(usage_chunk("chat.completion.chunk", rid, created, req.model, states))
         yield "data: [DONE]\n\n"

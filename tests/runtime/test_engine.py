@@ -220,6 +220,8 @@ def test_max_new_tokens_zero_only_prefills(engine):
         ({"stop_token_ids": [10**9]}, "stop_token_ids"),
         ({"bogus": 1}, "bogus"),
         ({"temperature": "hot"}, "temperature"),
+        ({"json_schema": "{}"}, "json_schema"),
+        ({"regex": "a+"}, "regex"),
     ],
 )
 def test_invalid_sampling_values_name_the_field(engine, params, field):

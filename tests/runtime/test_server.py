@@ -262,6 +262,7 @@ BAD = [
     ("/generate", {"text": ""}, "empty"),
     ("/generate", {"input_ids": [5] * 9000}, "context"),
     ("/generate", {"input_ids": [1, 99999999]}, "input_ids"),
+    ("/generate", {"text": "hi", "sampling_params": {"regex": "[0-9]+"}}, "regex"),
     ("/v1/completions", {"model": "nope", "prompt": "hi"}, "model"),
     ("/v1/completions", {"model": "smollm2", "prompt": ""}, "prompt"),
     ("/v1/completions", {"model": "smollm2", "prompt": "hi", "temperature": "hot"}, "temperature"),
