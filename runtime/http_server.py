@@ -240,7 +240,13 @@ class ServerProcesses:
         reader, writer = ctx.Pipe(duplex=False)
         sched = ctx.Process(
             target=run_scheduler_process,
-            args=(self.args, self.paths["scheduler"], self.paths["detokenizer"], writer),
+            args=(
+                self.args,
+                self.paths["scheduler"],
+                self.paths["detokenizer"],
+                writer,
+                os.getpid(),
+            ),
             name="radixgen-scheduler",
             daemon=True,
         )
@@ -261,6 +267,7 @@ class ServerProcesses:
                 info["model_folder"],
                 self.paths["detokenizer"],
                 self.paths["tokenizer"],
+                os.getpid(),
             ),
             name="radixgen-detokenizer",
             daemon=True,

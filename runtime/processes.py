@@ -56,14 +56,14 @@ def wait_readable(sock: zmq.Socket, parent_pid: int) -> None:
 class SchedulerLoop:
     """Receives requests, steps the scheduler, and sends every request's new tokens."""
 
-    def __init__(self, args: ServerArgs, recv_path: str, send_path: str):
+    def __init__(self, args: ServerArgs, recv_path: str, send_path: str, parent_pid: int):
         from runtime.scheduler import Scheduler
 
         self.scheduler = Scheduler(args)
         ctx = zmq.Context()
         self.recv = pull_socket(ctx, recv_path)
         self.send = push_socket(ctx, send_path)
-        self.parent_pid = os.getppid()
+        self.parent_pid = parent_pid
         self.streaming: set[str] = set()
         self.sent: dict[str, int] = {}  # rid -> output tokens already sent
 
@@ -170,10 +170,12 @@ class SchedulerLoop:
         return out
 
 
-def run_scheduler_process(args: ServerArgs, recv_path: str, send_path: str, ready) -> None:
+def run_scheduler_process(
+    args: ServerArgs, recv_path: str, send_path: str, ready, parent_pid: int
+) -> None:
     _child_setup(args)
     try:
-        loop = SchedulerLoop(args, recv_path, send_path)
+        loop = SchedulerLoop(args, recv_path, send_path, parent_pid)
         loop.warm_up()
         sch = loop.scheduler
         ready.send(
@@ -196,7 +198,7 @@ def run_scheduler_process(args: ServerArgs, recv_path: str, send_path: str, read
 
 
 def run_detokenizer_process(
-    args: ServerArgs, model_folder: str, recv_path: str, send_path: str
+    args: ServerArgs, model_folder: str, recv_path: str, send_path: str, parent_pid: int
 ) -> None:
     from runtime.model_loader import load_tokenizer
 
@@ -206,7 +208,6 @@ def run_detokenizer_process(
     recv = pull_socket(ctx, recv_path)
     send = push_socket(ctx, send_path)
     decoders: dict[str, IncrementalDecoder] = {}
-    parent_pid = os.getppid()
     try:
         while True:
             wait_readable(recv, parent_pid)

@@ -68,3 +68,18 @@ def test_crashed_scheduler_takes_the_server_down():
         assert "process died" in server.output()
     finally:
         server.stop()
+
+
+def test_children_exit_when_the_server_is_killed():
+    server = ServerProcess("--model-path", "smollm2", "--max-total-tokens", "1024")
+    try:
+        kids = [k for k in children(server.proc.pid) if "spawn_main" in read(f"/proc/{k}/cmdline")]
+        assert len(kids) == 2  # scheduler and detokenizer
+        server.proc.kill()
+        server.proc.wait()
+        deadline = time.time() + 15
+        while time.time() < deadline and any(os.path.exists(f"/proc/{k}") for k in kids):
+            time.sleep(0.3)
+        assert not any(os.path.exists(f"/proc/{k}") for k in kids)
+    finally:
+        server.stop()
