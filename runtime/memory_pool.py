@@ -79,7 +79,3 @@ class TokenToKVPool:
     def set_kv(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         self.k_buffers[layer][loc] = k
         self.v_buffers[layer][loc] = v
-
-    def bytes_per_token(self) -> int:
-        k = self.k_heads[0]
-        return 2 * len(self.k_heads) * k.shape[0] * k.shape[2] * k.element_size()

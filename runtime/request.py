@@ -81,13 +81,5 @@ class Req:
     def finished(self) -> bool:
         return self.finished_reason is not None
 
-    def wants_input_logprob(self, position: int) -> bool:
-        """Whether the logits at `position` (which predict prompt token position+1) are needed."""
-        start = self.logprob_start_len
-        target = position + 1
-        return start >= 0 and start + len(self.input_token_logprobs) <= target < len(
-            self.origin_input_ids
-        )
-
     def __repr__(self) -> str:
         return f"Req(rid={self.rid!r}, prompt={len(self.origin_input_ids)}, out={len(self.output_ids)})"

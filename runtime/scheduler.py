@@ -79,7 +79,7 @@ class Scheduler:
         self.req_to_token_pool = self.runner.req_to_token_pool
         cache_cls = NoPrefixCache if args.disable_radix_cache else RadixCache
         self.cache: PrefixCache = cache_cls(self.req_to_token_pool, self.kv_pool)
-        self.new_token_ratio = self.args_new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.rng = random.Random(args.random_seed)
         self.waiting: list[Req] = []
         self.running: list[Req] = []
@@ -252,7 +252,7 @@ class Scheduler:
         self.req_to_token_pool.free(req.req_pool_idx)
         req.req_pool_idx, req.kv_len = None, 0
         self.waiting.insert(0, req)
-        self.new_token_ratio = self.args_new_token_ratio
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.stats.retractions += 1
 
     # ---- planning ----------------------------------------------------------------------------
