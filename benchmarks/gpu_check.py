@@ -94,7 +94,7 @@ def engine_decode(model_path: str, batches=(1, 32, 128), new_tokens=64) -> dict:
 def one_b_llama_folder() -> str:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from runtime.model_loader import resolve_model_path
+    from runtime.model_loader import copy_tokenizer_files, resolve_model_path
 
     folder = tempfile.mkdtemp(prefix="llama1b-")
     cfg = LlamaConfig(
@@ -109,10 +109,7 @@ def one_b_llama_folder() -> str:
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(folder)
-    smol = resolve_model_path("smollm2")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        with open(os.path.join(smol, f), "rb") as src, open(os.path.join(folder, f), "wb") as dst:
-            dst.write(src.read())
+    copy_tokenizer_files(resolve_model_path("smollm2"), folder)
     return folder
 
 

@@ -20,9 +20,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runtime.metrics import ServerMetrics
-from runtime.openai_api import BadRequest, ChatCompletionRequest, CompletionRequest, OpenAIServing
+from runtime.openai_api import ChatCompletionRequest, CompletionRequest, OpenAIServing
 from runtime.server_args import ServerArgs
-from runtime.tokenizer_manager import RequestRejected, TokenizerManager
+from runtime.tokenizer_manager import BadRequest, TokenizerManager
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def create_app(
 ) -> FastAPI:
     app = FastAPI(title="radixgen")
     served = [os.path.basename(args.model_path.rstrip("/")), args.model_path, "default"]
-    openai = OpenAIServing(tm, list(dict.fromkeys(served)), info["context_length"])
+    openai = OpenAIServing(tm, list(dict.fromkeys(served)))
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
@@ -95,18 +95,13 @@ def create_app(
         authorized = request.headers.get("authorization") == f"Bearer {args.api_key}"
         if args.api_key and request.url.path != "/health" and not authorized:
             return error(401, "missing or wrong API key (Authorization: Bearer <key>)")
-        try:
-            return await call_next(request)
-        except BadRequest as e:
-            return error(400, str(e), e.param)
-        except (ValueError, RequestRejected) as e:
-            return error(400, str(e))
+        return await call_next(request)
 
     @app.exception_handler(BadRequest)
     async def bad_request(_, e: BadRequest):
         return error(400, str(e), e.param)
 
-    @app.exception_handler(ValueError)
+    @app.exception_handler(ValueError)  # RequestRejected and sampling-parameter errors
     async def bad_value(_, e: ValueError):
         return error(400, str(e))
 
@@ -163,7 +158,7 @@ def create_app(
         body = await parse_body(request, GenerateRequest)
         batch = tm.prepare(body.text, body.input_ids, body.sampling_params, body.rid)
         for p in batch.prompts:
-            openai.validate_prompt(p, "input_ids" if body.input_ids is not None else "text")
+            tm.check_prompt(p, "input_ids" if body.input_ids is not None else "text")
         for sp in batch.params:
             sp.validate(info["vocab_size"])
         states = [
@@ -182,7 +177,7 @@ def create_app(
 
             async def events():
                 finished_sent = set()
-                async for i, delta in openai._merged(states):
+                async for i, delta in tm.merge_streams(states):
                     res = states[i].result
                     if (
                         res is None
@@ -311,7 +306,11 @@ def launch_server(args: ServerArgs) -> None:
         info = procs.start()
         metrics = ServerMetrics()
         tm = TokenizerManager(
-            info["model_folder"], procs.paths["scheduler"], procs.paths["tokenizer"], metrics
+            info["model_folder"],
+            procs.paths["scheduler"],
+            procs.paths["tokenizer"],
+            metrics,
+            info["context_length"],
         )
         app = create_app(args, info, tm, metrics)
 

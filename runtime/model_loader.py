@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import shutil
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,15 @@ def _converted_folder(gguf_path: str) -> str:
         logger.info("converting %s once into %s", gguf_path, folder)
         convert_gguf_to_hf(gguf_path, folder)
     return folder
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def copy_tokenizer_files(src_folder: str, dst_folder: str) -> None:
+    """Give a model folder (a test or benchmark model) the tokenizer of another."""
+    for name in TOKENIZER_FILES:
+        shutil.copy(os.path.join(src_folder, name), os.path.join(dst_folder, name))
 
 
 def load_tokenizer(folder: str):

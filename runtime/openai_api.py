@@ -12,17 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.outputs import GenerationResult
 from runtime.sampling_params import SamplingParams
-from runtime.tokenizer_manager import ReqState, TokenizerManager
+from runtime.tokenizer_manager import BadRequest, ReqState, TokenizerManager
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
-
-
-class BadRequest(ValueError):
-    """A request field is invalid; `param` names it (OpenAI's error shape)."""
-
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
 
 
 class _Common(BaseModel):
@@ -133,10 +125,9 @@ def sse(obj) -> str:
 
 
 class OpenAIServing:
-    def __init__(self, tm: TokenizerManager, model_names: list[str], context_length: int):
+    def __init__(self, tm: TokenizerManager, model_names: list[str]):
         self.tm = tm
         self.model_names = model_names
-        self.context_length = context_length
 
     def check_model(self, name: str) -> None:
         if name not in self.model_names:
@@ -175,31 +166,6 @@ class OpenAIServing:
             await asyncio.gather(*(self.tm.wait_result(s, is_disconnected) for s in states))
         )
 
-    async def _merged(self, states: list[ReqState]) -> AsyncIterator[tuple[int, str]]:
-        """(choice index, text delta) from several requests as they arrive; None delta = done."""
-        queue: asyncio.Queue = asyncio.Queue()
-
-        async def pump(i: int, state: ReqState):
-            try:
-                async for delta in self.tm.stream(state):
-                    await queue.put((i, delta))
-            finally:
-                await queue.put((i, None))
-
-        tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(states)]
-        try:
-            done = 0
-            while done < len(states):
-                i, delta = await queue.get()
-                done += delta is None
-                yield i, delta
-        finally:
-            for t in tasks:
-                t.cancel()
-            for s in states:
-                if not s.finished:
-                    self.tm.abort(s.rid)
-
     # ---- /v1/completions ------------------------------------------------------------------
     def _completion_prompts(self, req: CompletionRequest) -> list[list[int]]:
         p = req.prompt
@@ -224,7 +190,7 @@ class OpenAIServing:
         params = sampling_params(req, req.max_tokens, 16)
         prompts = self._completion_prompts(req)
         for p in prompts:
-            self.validate_prompt(p, "prompt")
+            self.tm.check_prompt(p, "prompt")
         want_lp = req.logprobs is not None
         kw = {
             "return_logprob": want_lp,
@@ -293,7 +259,7 @@ class OpenAIServing:
         if req.echo:
             for i in range(len(states)):
                 yield sse(chunk(i, self.tm.tokenizer.decode(prompts[i // req.n])))
-        async for i, delta in self._merged(states):
+        async for i, delta in self.tm.merge_streams(states):
             if delta is None:
                 res = states[i].result
                 if res is not None:
@@ -337,16 +303,6 @@ class OpenAIServing:
         )
         return self.tm.tokenizer.encode(text, add_special_tokens=False)
 
-    def validate_prompt(self, ids: list[int], field: str) -> None:
-        vocab = len(self.tm.tokenizer)
-        if any(not isinstance(t, int) or t < 0 or t >= vocab for t in ids):
-            raise BadRequest(f"{field}: token ids must lie in [0, {vocab})", field)
-        if len(ids) >= self.context_length:
-            raise BadRequest(
-                f"{field} has {len(ids)} tokens; this model's context is {self.context_length}",
-                field,
-            )
-
     async def chat(self, req: ChatCompletionRequest, is_disconnected):
         self.check_model(req.model)
         if req.tools and req.tool_choice != "none":
@@ -362,8 +318,8 @@ class OpenAIServing:
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         )
         prompt = self._chat_prompt(req)
-        self.validate_prompt(prompt, "messages")
-        params = sampling_params(req, max_tokens, max(self.context_length - len(prompt) - 1, 1))
+        self.tm.check_prompt(prompt, "messages")
+        params = sampling_params(req, max_tokens, max(self.tm.context_length - len(prompt) - 1, 1))
         if req.top_logprobs and not req.logprobs:
             raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
         kw = {
@@ -427,7 +383,7 @@ class OpenAIServing:
         for i in range(len(states)):
             yield sse(chunk(i, {"role": "assistant", "content": ""}))
         sent_lp = [0] * len(states)
-        async for i, delta in self._merged(states):
+        async for i, delta in self.tm.merge_streams(states):
             res = states[i].result
             logprobs = None
             if req.logprobs and res is not None:

@@ -27,6 +27,14 @@ from runtime.sampling_params import SamplingParams
 logger = logging.getLogger(__name__)
 
 
+class BadRequest(ValueError):
+    """A request field is invalid; `param` names it (OpenAI's error shape)."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
 class RequestRejected(ValueError):
     """The scheduler refused a request (for example a prompt longer than the context)."""
 
@@ -50,8 +58,16 @@ class ReqState:
 
 
 class TokenizerManager:
-    def __init__(self, model_folder: str, send_path: str, recv_path: str, metrics: ServerMetrics):
+    def __init__(
+        self,
+        model_folder: str,
+        send_path: str,
+        recv_path: str,
+        metrics: ServerMetrics,
+        context_length: int,
+    ):
         self.tokenizer = load_tokenizer(model_folder)
+        self.context_length = context_length
         ctx = zmq.asyncio.Context()
         self.send = ctx.socket(zmq.PUSH)
         self.send.setsockopt(zmq.SNDHWM, 0)
@@ -128,6 +144,43 @@ class TokenizerManager:
         except asyncio.CancelledError:
             self.abort(state.rid)  # the client disconnected mid-stream
             raise
+
+    def check_prompt(self, ids: list[int], field: str) -> None:
+        """Reject out-of-range token ids and prompts that leave no room in the context (400 early,
+        before the scheduler sees them)."""
+        vocab = len(self.tokenizer)
+        if any(not isinstance(t, int) or t < 0 or t >= vocab for t in ids):
+            raise BadRequest(f"{field}: token ids must lie in [0, {vocab})", field)
+        if len(ids) >= self.context_length:
+            raise BadRequest(
+                f"{field} has {len(ids)} tokens; this model's context is {self.context_length}",
+                field,
+            )
+
+    async def merge_streams(self, states: list[ReqState]) -> AsyncIterator[tuple[int, str]]:
+        """(choice index, text delta) from several requests as they arrive; None delta = done."""
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(i: int, state: ReqState):
+            try:
+                async for delta in self.stream(state):
+                    await queue.put((i, delta))
+            finally:
+                await queue.put((i, None))
+
+        tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(states)]
+        try:
+            done = 0
+            while done < len(states):
+                i, delta = await queue.get()
+                done += delta is None
+                yield i, delta
+        finally:
+            for t in tasks:
+                t.cancel()
+            for s in states:
+                if not s.finished:
+                    self.abort(s.rid)
 
     def abort(self, rid: str) -> None:
         """Ask the scheduler to stop a request; its waiter gets an "abort" finish reason."""

@@ -1,14 +1,9 @@
 """Models for the runtime tests: the real SmolLM2 and tiny random Llama-family models."""
 
-import os
-import shutil
-
 import pytest
 import torch
 
-from runtime.model_loader import resolve_model_path
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+from runtime.model_loader import copy_tokenizer_files, resolve_model_path
 
 
 @pytest.fixture(scope="session")
@@ -50,8 +45,7 @@ def make_tiny_model(
             if name.endswith("bias") or "norm" in name:
                 p.copy_(torch.randn_like(p) * 0.1 + (1.0 if "norm" in name else 0.0))
     model.save_pretrained(folder)
-    for f in TOKENIZER_FILES:
-        shutil.copy(os.path.join(smollm2_folder, f), folder)
+    copy_tokenizer_files(smollm2_folder, folder)
     return folder
 
 

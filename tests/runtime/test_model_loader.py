@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 
 import pytest
 import torch
@@ -10,6 +9,7 @@ import torch
 from runtime.model_loader import (
     ModelNotFoundError,
     alias_gguf_path,
+    copy_tokenizer_files,
     iter_safetensors,
     load_tokenizer,
     resolve_model_path,
@@ -75,8 +75,7 @@ def test_gguf_and_hf_folder_load_the_same_engine_weights(tmp_path, smollm2_folde
     (tmp_path / "config.json").write_text(json.dumps(config))
     weights = {k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}
     save_file(weights, tmp_path / "model.safetensors")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(smollm2_folder, f), tmp_path / f)
+    copy_tokenizer_files(smollm2_folder, str(tmp_path))
     a = ModelRunner(ServerArgs(model_path="smollm2", dtype="float32", max_total_tokens=64)).model
     b = ModelRunner(
         ServerArgs(model_path=str(tmp_path), dtype="float32", max_total_tokens=64)
