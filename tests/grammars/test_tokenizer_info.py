@@ -1,15 +1,7 @@
 """Token bytes for byte-level BPE (SmolLM2) and SentencePiece byte-fallback vocabularies."""
 
-import pytest
 
 from grammars.tokenizer_info import TokenizerInfo, byte_level_alphabet
-
-
-@pytest.fixture(scope="module")
-def smollm2_tokenizer():
-    from runtime.model_loader import load_tokenizer, resolve_model_path
-
-    return load_tokenizer(resolve_model_path("smollm2"))
 
 
 def _is_utf8(data: bytes) -> bool:

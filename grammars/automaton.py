@@ -1,0 +1,377 @@
+"""Byte-level automata: an expression tree over bytes and rule references, a Thompson NFA built
+from it, and small eager DFAs for the operations an NFA cannot do (intersection, difference).
+
+Expression nodes are tuples:
+    ("b", mask)            one byte from a set (bit b of the int `mask` set = byte b allowed)
+    ("cat", (n, ...))      concatenation; ("cat", ()) is the empty string
+    ("alt", (n, ...))      alternation;   ("alt", ()) is the empty language
+    ("rep", n, lo, hi)     n repeated lo..hi times (hi None = unbounded)
+    ("members", items, sep, extra)  separated (node, required) items in order, then extras
+    ("nt", name)           a reference to another rule (matched by pushing a stack frame)
+    ("dfa", EagerDFA)      an already determinised automaton, embedded as is
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grammars.errors import GrammarError
+
+ALL_BYTES = (1 << 256) - 1
+EMPTY = ("cat", ())
+NOTHING = ("alt", ())
+MAX_NFA_STATES = 400_000
+
+
+def byte_set(*ranges: tuple[int, int] | int) -> int:
+    mask = 0
+    for r in ranges:
+        lo, hi = (r, r) if isinstance(r, int) else r
+        mask |= ((1 << (hi - lo + 1)) - 1) << lo
+    return mask
+
+
+def lit(data: bytes | str) -> tuple:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if len(data) == 1:
+        return ("b", 1 << data[0])
+    return ("cat", tuple(("b", 1 << x) for x in data))
+
+
+def cat(*nodes) -> tuple:
+    flat = []
+    for n in nodes:
+        if n[0] == "cat":
+            flat.extend(n[1])
+        elif n == NOTHING:
+            return NOTHING
+        else:
+            flat.append(n)
+    return flat[0] if len(flat) == 1 else ("cat", tuple(flat))
+
+
+def alt(*nodes) -> tuple:
+    flat = []
+    for n in nodes:
+        if n[0] == "alt":
+            flat.extend(n[1])
+        elif n not in flat:
+            flat.append(n)
+    # merge single-byte alternatives into one set
+    masks = [n[1] for n in flat if n[0] == "b"]
+    if len(masks) > 1:
+        merged = 0
+        for m in masks:
+            merged |= m
+        flat = [n for n in flat if n[0] != "b"] + [("b", merged)]
+    return flat[0] if len(flat) == 1 else ("alt", tuple(flat))
+
+
+def rep(node, lo: int = 0, hi: int | None = None) -> tuple:
+    if hi is not None and hi < lo:
+        return NOTHING
+    if hi == 0:
+        return EMPTY
+    if lo == 1 and hi == 1:
+        return node
+    return ("rep", node, lo, hi)
+
+
+def opt(node) -> tuple:
+    return rep(node, 0, 1)
+
+
+def mask_bytes(mask: int) -> list[int]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+class NFA:
+    """Thompson NFA over bytes, with rule-reference edges. One NFA holds every rule of a grammar."""
+
+    def __init__(self):
+        self.eps: list[list[int]] = []
+        self.edges: list[list[tuple[int, int]]] = []
+        self.nts: list[list[tuple[str, int]]] = []
+
+    def new(self) -> int:
+        if len(self.eps) >= MAX_NFA_STATES:
+            raise GrammarError("grammar too large (automaton size limit reached)")
+        self.eps.append([])
+        self.edges.append([])
+        self.nts.append([])
+        return len(self.eps) - 1
+
+    def build(self, node, s: int, e: int) -> None:
+        kind = node[0]
+        if kind == "b":
+            if node[1]:
+                self.edges[s].append((node[1], e))
+        elif kind == "cat":
+            children = node[1]
+            if not children:
+                self.eps[s].append(e)
+                return
+            cur = s
+            for i, child in enumerate(children):
+                nxt = e if i == len(children) - 1 else self.new()
+                self.build(child, cur, nxt)
+                cur = nxt
+        elif kind == "alt":
+            for child in node[1]:
+                self.build(child, s, e)
+        elif kind == "rep":
+            _, child, lo, hi = node
+            cur = s
+            for _ in range(lo):
+                nxt = self.new()
+                self.build(child, cur, nxt)
+                cur = nxt
+            if hi is None:
+                a, b = self.new(), self.new()
+                self.eps[cur].append(a)
+                self.build(child, a, b)
+                self.eps[b].append(a)
+                self.eps[b].append(e)
+                self.eps[cur].append(e)
+            else:
+                for _ in range(hi - lo):
+                    nxt = self.new()
+                    a = self.new()
+                    self.eps[cur].append(a)
+                    self.build(child, a, nxt)
+                    self.eps[cur].append(e)
+                    cur = nxt
+                self.eps[cur].append(e)
+        elif kind == "members":
+            self._members(node, s, e)
+        elif kind == "nt":
+            self.nts[s].append((node[1], e))
+        elif kind == "dfa":
+            node[1].embed(self, s, e)
+        else:  # pragma: no cover - programming error
+            raise ValueError(f"unknown node {kind}")
+
+    def _members(self, node, s: int, e: int) -> None:
+        """Separated members in a fixed order, optional ones skippable, then any number of
+        `extra` members; linear size (two tracks: nothing written yet / something written)."""
+        _, items, sep, extra = node
+        p0, p1 = s, self.new()
+        for item, required in items:
+            n0, n1, mid = self.new(), self.new(), self.new()
+            self.eps[p0].append(mid)
+            self.build(sep, p1, mid)
+            self.build(item, mid, n1)
+            if not required:
+                self.eps[p0].append(n0)
+                self.eps[p1].append(n1)
+            p0, p1 = n0, n1
+        if extra is not None:
+            mid = self.new()
+            self.eps[p0].append(mid)
+            self.build(sep, p1, mid)
+            self.build(extra, mid, p1)
+        self.eps[p0].append(e)
+        self.eps[p1].append(e)
+
+    def closure(self, states) -> frozenset[int]:
+        seen = set(states)
+        todo = list(states)
+        eps = self.eps
+        while todo:
+            for t in eps[todo.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return frozenset(seen)
+
+
+def byte_classes(edges) -> list[tuple[int, list[int]]]:
+    """Split the 256 bytes into classes with the same set of targets: [(byte mask, targets)]."""
+    classes: list[tuple[int, list[int]]] = [(ALL_BYTES, [])]
+    for mask, target in edges:
+        nxt = []
+        for cm, ts in classes:
+            inter = cm & mask
+            if not inter:
+                nxt.append((cm, ts))
+            elif inter == cm:
+                nxt.append((cm, ts + [target]))
+            else:
+                nxt.append((inter, ts + [target]))
+                nxt.append((cm & ~mask, ts))
+        classes = nxt
+    return [(cm, ts) for cm, ts in classes if ts]
+
+
+@dataclass
+class EagerDFA:
+    """A complete DFA without rule references: trans[s] = list of (byte mask, target)."""
+
+    trans: list[list[tuple[int, int]]] = field(default_factory=list)
+    accept: list[bool] = field(default_factory=list)
+    start: int = 0
+
+    @classmethod
+    def from_node(cls, node, limit: int = 20_000) -> EagerDFA:
+        nfa = NFA()
+        s, e = nfa.new(), nfa.new()
+        nfa.build(node, s, e)
+        if any(nfa.nts):
+            raise GrammarError("rule references cannot be combined with intersections")
+        dfa = cls()
+        index: dict[frozenset, int] = {}
+        todo = []
+
+        def intern(S):
+            i = index.get(S)
+            if i is None:
+                if len(index) >= limit:
+                    raise GrammarError("constraint too large to determinise")
+                i = index[S] = len(dfa.trans)
+                dfa.trans.append([])
+                dfa.accept.append(e in S)
+                todo.append(S)
+            return i
+
+        dfa.start = intern(nfa.closure([s]))
+        while todo:
+            S = todo.pop()
+            i = index[S]
+            edges = [edge for n in S for edge in nfa.edges[n]]
+            for cm, ts in byte_classes(edges):
+                dfa.trans[i].append((cm, intern(nfa.closure(ts))))
+        return dfa.trimmed()
+
+    def step(self, s: int, b: int) -> int:
+        for cm, t in self.trans[s]:
+            if cm >> b & 1:
+                return t
+        return -1
+
+    def trimmed(self) -> EagerDFA:
+        """Drop states that cannot reach acceptance (the result may be the empty language)."""
+        n = len(self.trans)
+        rev: list[list[int]] = [[] for _ in range(n)]
+        for s, tr in enumerate(self.trans):
+            for _, t in tr:
+                rev[t].append(s)
+        live = {s for s in range(n) if self.accept[s]}
+        todo = list(live)
+        while todo:
+            for p in rev[todo.pop()]:
+                if p not in live:
+                    live.add(p)
+                    todo.append(p)
+        if self.start not in live:
+            return EagerDFA([[]], [False], 0)
+        order = sorted(live)
+        remap = {s: i for i, s in enumerate(order)}
+        trans = [[(cm, remap[t]) for cm, t in self.trans[s] if t in live] for s in order]
+        return EagerDFA(trans, [self.accept[s] for s in order], remap[self.start])
+
+    def path_lengths(self) -> tuple[int, int | None]:
+        """Shortest and longest accepted lengths in bytes (longest None when unbounded)."""
+        from collections import deque
+
+        dist = {self.start: 0}
+        queue = deque([self.start])
+        shortest = None
+        while queue:
+            s = queue.popleft()
+            if self.accept[s] and shortest is None:
+                shortest = dist[s]
+            for _, t in self.trans[s]:
+                if t not in dist:
+                    dist[t] = dist[s] + 1
+                    queue.append(t)
+        # longest path: only when acyclic (states are all live after trimming)
+        order, state, longest = [], {}, {}
+
+        def visit(s):
+            stack = [(s, iter(self.trans[s]))]
+            state[s] = 1
+            while stack:
+                node, it = stack[-1]
+                for _, t in it:
+                    if state.get(t) == 1:
+                        return False
+                    if t not in state:
+                        state[t] = 1
+                        stack.append((t, iter(self.trans[t])))
+                        break
+                else:
+                    state[node] = 2
+                    order.append(node)
+                    stack.pop()
+            return True
+
+        if not visit(self.start):
+            return shortest or 0, None
+        for s in order:  # reverse topological order: successors first
+            best = 0 if self.accept[s] else -1
+            for _, t in self.trans[s]:
+                if longest.get(t, -1) >= 0:
+                    best = max(best, longest[t] + 1)
+            longest[s] = best
+        return shortest or 0, longest[self.start]
+
+    def is_empty(self) -> bool:
+        return not any(self.accept)
+
+    def product(self, other: EagerDFA, mode: str, limit: int = 20_000) -> EagerDFA:
+        """mode "and": both accept; "diff": self accepts and other does not."""
+        out = EagerDFA()
+        index: dict[tuple[int, int], int] = {}
+        todo = []
+
+        def intern(a, b):
+            key = (a, b)
+            i = index.get(key)
+            if i is None:
+                if len(index) >= limit:
+                    raise GrammarError("constraint too large to intersect")
+                i = index[key] = len(out.trans)
+                out.trans.append([])
+                acc_b = b >= 0 and other.accept[b]
+                out.accept.append(self.accept[a] and (acc_b if mode == "and" else not acc_b))
+                todo.append(key)
+            return i
+
+        out.start = intern(self.start, other.start)
+        while todo:
+            a, b = todo.pop()
+            i = index[(a, b)]
+            other_tr = other.trans[b] if b >= 0 else []
+            for cm, ta in self.trans[a]:
+                rest = cm
+                for cm2, tb in other_tr:
+                    inter = cm & cm2
+                    if inter:
+                        rest &= ~cm2
+                        out.trans[i].append((inter, intern(ta, tb)))
+                if rest and mode == "diff":
+                    out.trans[i].append((rest, intern(ta, -1)))
+        return out.trimmed()
+
+    def embed(self, nfa: NFA, s: int, e: int) -> None:
+        ids = [nfa.new() for _ in self.trans]
+        nfa.eps[s].append(ids[self.start])
+        for i, tr in enumerate(self.trans):
+            for cm, t in tr:
+                nfa.edges[ids[i]].append((cm, ids[t]))
+            if self.accept[i]:
+                nfa.eps[ids[i]].append(e)
+
+
+def intersect(a, b) -> tuple:
+    return ("dfa", EagerDFA.from_node(a).product(EagerDFA.from_node(b), "and"))
+
+
+def difference(a, b) -> tuple:
+    return ("dfa", EagerDFA.from_node(a).product(EagerDFA.from_node(b), "diff"))

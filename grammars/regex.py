@@ -1,0 +1,286 @@
+"""Python-syntax regular expressions to byte-level expression trees.
+
+The pattern is parsed by the standard library's regex parser (`re._parser`), then every
+character class becomes UTF-8 byte sequences. In "json" mode each character is spelled the way
+it may appear inside a JSON string literal: itself (unless it must be escaped), a short escape
+such as `\\n`, or `\\uXXXX` (any case of hex digits; astral characters as surrogate pairs).
+"""
+
+from __future__ import annotations
+
+import re
+from re import _constants as C  # noqa: N812
+from re import _parser
+
+from grammars.automaton import EMPTY, NOTHING, alt, byte_set, cat, lit, rep
+from grammars.errors import GrammarError
+
+MAX_CODEPOINT = 0x10FFFF
+SURROGATES = (0xD800, 0xDFFF)
+Ranges = list[tuple[int, int]]
+
+DIGIT: Ranges = [(0x30, 0x39)]
+WORD: Ranges = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
+SPACE: Ranges = [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+                 (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000),
+                 (0xFEFF, 0xFEFF)]
+ANY_CHAR: Ranges = [(0, MAX_CODEPOINT)]
+_SHORT_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r",
+                  0x09: "t"}
+_HEX = "0123456789abcdef"
+
+
+def normalize(ranges) -> Ranges:
+    out: Ranges = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def negate(ranges: Ranges) -> Ranges:
+    out: Ranges = []
+    cur = 0
+    for lo, hi in normalize(ranges):
+        if lo > cur:
+            out.append((cur, lo - 1))
+        cur = max(cur, hi + 1)
+    if cur <= MAX_CODEPOINT:
+        out.append((cur, MAX_CODEPOINT))
+    return out
+
+
+def intersect_ranges(a: Ranges, b: Ranges) -> Ranges:
+    out = []
+    for lo, hi in a:
+        for lo2, hi2 in b:
+            x, y = max(lo, lo2), min(hi, hi2)
+            if x <= y:
+                out.append((x, y))
+    return normalize(out)
+
+
+def utf8_sequences(lo: int, hi: int):
+    """Byte-range sequences whose concatenations are exactly the UTF-8 encodings of lo..hi."""
+    if lo > hi:
+        return
+    if lo <= SURROGATES[1] and hi >= SURROGATES[0]:
+        if lo < SURROGATES[0]:
+            yield from utf8_sequences(lo, SURROGATES[0] - 1)
+        if hi > SURROGATES[1]:
+            yield from utf8_sequences(SURROGATES[1] + 1, hi)
+        return
+    for bound in (0x7F, 0x7FF, 0xFFFF):
+        if lo <= bound < hi:
+            yield from utf8_sequences(lo, bound)
+            yield from utf8_sequences(bound + 1, hi)
+            return
+    if hi <= 0x7F:
+        yield [(lo, hi)]
+        return
+    n = len(chr(lo).encode("utf-8"))
+    for i in range(1, n):
+        m = (1 << (6 * i)) - 1
+        if (lo & ~m) != (hi & ~m):
+            if lo & m:
+                yield from utf8_sequences(lo, lo | m)
+                yield from utf8_sequences((lo | m) + 1, hi)
+                return
+            if hi & m != m:
+                yield from utf8_sequences(lo, (hi & ~m) - 1)
+                yield from utf8_sequences(hi & ~m, hi)
+                return
+    yield list(zip(chr(lo).encode("utf-8"), chr(hi).encode("utf-8")))
+
+
+def _hex_sequences(lo: int, hi: int, ndigits: int = 4):
+    """Digit ranges (most significant first) spelling lo..hi as fixed-width hex numbers."""
+    for i in range(1, ndigits):
+        m = (1 << (4 * i)) - 1
+        if (lo >> (4 * i)) != (hi >> (4 * i)):
+            if lo & m:
+                yield from _hex_sequences(lo, lo | m, ndigits)
+                yield from _hex_sequences((lo | m) + 1, hi, ndigits)
+                return
+            if hi & m != m:
+                yield from _hex_sequences(lo, (hi & ~m) - 1, ndigits)
+                yield from _hex_sequences(hi & ~m, hi, ndigits)
+                return
+    yield [((lo >> (4 * k)) & 15, (hi >> (4 * k)) & 15) for k in reversed(range(ndigits))]
+
+
+def _hex_digit_set(lo: int, hi: int) -> int:
+    mask = 0
+    for d in range(lo, hi + 1):
+        mask |= 1 << ord(_HEX[d])
+        if d >= 10:
+            mask |= 1 << ord(_HEX[d].upper())
+    return mask
+
+
+def _hex4(lo: int, hi: int) -> tuple:
+    seqs = [cat(*(("b", _hex_digit_set(a, b)) for a, b in seq)) for seq in _hex_sequences(lo, hi)]
+    return alt(*seqs)
+
+
+def raw_chars(ranges: Ranges) -> tuple:
+    """Any one character of `ranges`, as UTF-8 bytes."""
+    seqs = []
+    for lo, hi in normalize(ranges):
+        for seq in utf8_sequences(lo, hi):
+            seqs.append(cat(*(("b", byte_set(r)) for r in seq)))
+    return alt(*seqs) if seqs else NOTHING
+
+
+_MUST_ESCAPE: Ranges = [(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]
+
+
+def json_chars(ranges: Ranges) -> tuple:
+    """Any one character of `ranges`, spelled as it may appear inside a JSON string."""
+    ranges = normalize(ranges)
+    parts = [raw_chars(intersect_ranges(ranges, negate(_MUST_ESCAPE)))]
+    short = [c for c in _SHORT_ESCAPES if intersect_ranges(ranges, [(c, c)])]
+    if short:
+        parts.append(cat(lit("\\"), ("b", byte_set(*(ord(_SHORT_ESCAPES[c]) for c in short)))))
+    bmp = intersect_ranges(ranges, negate([SURROGATES, (0x10000, MAX_CODEPOINT)]))
+    if bmp:
+        parts.append(cat(lit("\\u"), alt(*(_hex4(lo, hi) for lo, hi in bmp))))
+    if intersect_ranges(ranges, [(0x10000, MAX_CODEPOINT)]) == [(0x10000, MAX_CODEPOINT)]:
+        parts.append(cat(lit("\\u"), _hex4(0xD800, 0xDBFF), lit("\\u"), _hex4(0xDC00, 0xDFFF)))
+    return alt(*[p for p in parts if p != NOTHING])
+
+
+def _case_variants(ranges: Ranges) -> Ranges:
+    extra = []
+    for lo, hi in ranges:
+        for a, b, delta in ((0x41, 0x5A, 32), (0x61, 0x7A, -32)):
+            x, y = max(lo, a), min(hi, b)
+            if x <= y:
+                extra.append((x + delta, y + delta))
+    return normalize(list(ranges) + extra)
+
+
+class _Converter:
+    def __init__(self, json_mode: bool, flags: int):
+        self.chars = json_chars if json_mode else raw_chars
+        self.ignore_case = bool(flags & re.IGNORECASE)
+        self.dotall = bool(flags & re.DOTALL)
+
+    def charset(self, ranges: Ranges) -> tuple:
+        if self.ignore_case:
+            ranges = _case_variants(ranges)
+        return self.chars(ranges)
+
+    def category(self, cat_code) -> Ranges:
+        table = {
+            C.CATEGORY_DIGIT: DIGIT, C.CATEGORY_NOT_DIGIT: negate(DIGIT),
+            C.CATEGORY_WORD: WORD, C.CATEGORY_NOT_WORD: negate(WORD),
+            C.CATEGORY_SPACE: SPACE, C.CATEGORY_NOT_SPACE: negate(SPACE),
+        }
+        if cat_code not in table:
+            raise GrammarError(f"pattern: unsupported character category {cat_code}")
+        return table[cat_code]
+
+    def in_set(self, items) -> Ranges:
+        ranges: Ranges = []
+        negated = False
+        for op, av in items:
+            if op is C.NEGATE:
+                negated = True
+            elif op is C.LITERAL:
+                ranges.append((av, av))
+            elif op is C.RANGE:
+                ranges.append(av)
+            elif op is C.CATEGORY:
+                ranges.extend(self.category(av))
+            else:
+                raise GrammarError(f"pattern: unsupported class item {op}")
+        if self.ignore_case:
+            ranges = _case_variants(ranges)
+        ranges = normalize(ranges)
+        return negate(ranges) if negated else ranges
+
+    def seq(self, items) -> tuple:
+        return cat(*(self.item(op, av) for op, av in items))
+
+    def item(self, op, av) -> tuple:
+        if op is C.LITERAL:
+            return self.charset([(av, av)])
+        if op is C.NOT_LITERAL:
+            return self.charset(negate([(av, av)]))
+        if op is C.ANY:
+            return self.chars(ANY_CHAR if self.dotall else negate([(10, 10)]))
+        if op is C.IN:
+            return self.chars(self.in_set(av))
+        if op is C.BRANCH:
+            return alt(*(self.seq(branch) for branch in av[1]))
+        if op is C.SUBPATTERN:
+            _, add_flags, del_flags, sub = av
+            if add_flags or del_flags:
+                saved = (self.ignore_case, self.dotall)
+                self.ignore_case = (self.ignore_case or bool(add_flags & re.I)) and not (
+                    del_flags & re.I)
+                self.dotall = (self.dotall or bool(add_flags & re.S)) and not (del_flags & re.S)
+                node = self.seq(sub)
+                self.ignore_case, self.dotall = saved
+                return node
+            return self.seq(sub)
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT):
+            lo, hi, sub = av
+            return rep(self.seq(sub), lo, None if hi is C.MAXREPEAT else hi)
+        if op is C.ATOMIC_GROUP:
+            return self.seq(av)
+        if op is C.AT:
+            raise GrammarError("pattern: anchors (^, $, \\b) are only supported at the ends")
+        raise GrammarError(f"pattern: unsupported regex construct {op}")
+
+
+def _parse(pattern: str, flags: int = 0):
+    try:
+        return _parser.parse(pattern, flags)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise GrammarError(f"pattern: invalid regular expression {pattern!r}: {exc}") from None
+
+
+_BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
+_END = (C.AT_END, C.AT_END_STRING)
+
+
+def _strip_anchors(items: list) -> tuple[list, bool, bool]:
+    start = end = False
+    while items and items[0][0] is C.AT and items[0][1] in _BEGIN:
+        items, start = items[1:], True
+    while items and items[-1][0] is C.AT and items[-1][1] in _END:
+        items, end = items[:-1], True
+    return items, start, end
+
+
+def _branches(parsed) -> list[list]:
+    items = list(parsed)
+    if len(items) == 1 and items[0][0] is C.BRANCH:
+        return [list(b) for b in items[0][1][1]]
+    if len(items) == 1 and items[0][0] is C.SUBPATTERN and not items[0][1][1] and not items[0][1][2]:
+        inner = list(items[0][1][3])
+        if len(inner) == 1 and inner[0][0] is C.BRANCH:
+            return [list(b) for b in inner[0][1][1]]
+    return [items]
+
+
+def regex_to_node(pattern: str, *, json_mode: bool = False, search: bool = False,
+                  flags: int = 0) -> tuple:
+    """Full-match semantics by default; `search=True` is JSON Schema's `pattern`, which matches
+    anywhere unless anchored with ^ / $."""
+    parsed = _parse(pattern, flags)
+    conv = _Converter(json_mode, parsed.state.flags | flags)
+    anything = rep(conv.chars(ANY_CHAR), 0, None)
+    alternatives = []
+    for items in _branches(parsed):
+        items, anchored_start, anchored_end = _strip_anchors(items)
+        node = conv.seq(items)
+        if search:
+            node = cat(EMPTY if anchored_start else anything, node,
+                       EMPTY if anchored_end else anything)
+        alternatives.append(node)
+    return alt(*alternatives)

@@ -1,0 +1,62 @@
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grammars import GrammarCompiler
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    from runtime.model_loader import load_tokenizer, resolve_model_path
+
+    return load_tokenizer(resolve_model_path("smollm2"))
+
+
+@pytest.fixture(scope="session")
+def compiler(smollm2_tokenizer):
+    return GrammarCompiler(smollm2_tokenizer)
+
+
+def maskbench_dir() -> Path | None:
+    """../shared/data/maskbench-dev next to the checkout (or $RADIXGEN_MASKBENCH)."""
+    here = Path(__file__).resolve()
+    candidates = [os.environ.get("RADIXGEN_MASKBENCH")]
+    candidates += [str(p / "shared" / "data" / "maskbench-dev") for p in here.parents]
+    candidates.append("/work/shared/data/maskbench-dev")
+    for c in candidates:
+        if c and Path(c).is_dir():
+            return Path(c)
+    return None
+
+
+class Checker:
+    """Feeds text token by token, checking the mask agrees with accept_token at every step."""
+
+    def __init__(self, tokenizer, compiler):
+        self.tok = tokenizer
+        self.compiler = compiler
+        self.eos = int(compiler.vocab.eos_ids[0])
+
+    def accepts(self, grammar, text, check_masks: bool = True) -> bool:
+        if not isinstance(text, str):
+            text = json.dumps(text)
+        m = grammar.matcher()
+        bitmask = np.zeros(self.compiler.vocab.words, np.int32)
+        for tid in self.tok.encode(text, add_special_tokens=False):
+            if check_masks:
+                m.fill_next_token_bitmask(bitmask)
+                in_mask = bool(bitmask[tid >> 5] >> (tid & 31) & 1)
+            ok = m.accept_token(tid)
+            if check_masks:
+                assert ok == in_mask, f"mask and accept_token disagree on {tid} in {text!r}"
+            if not ok:
+                return False
+        return m.accept_token(self.eos)
+
+
+@pytest.fixture(scope="session")
+def checker(smollm2_tokenizer, compiler):
+    return Checker(smollm2_tokenizer, compiler)
