@@ -33,6 +33,8 @@ demo: install
 	$(PY) examples/demo.py
 
 bench: install
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) benchmarks/bench_grammar.py --engines radixgen,llguidance,xgrammar
 	$(PY) benchmarks/bench_offline.py
 	$(PY) benchmarks/bench_prefix_cache.py
 	$(PY) benchmarks/bench_serving.py

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from collections import OrderedDict
@@ -35,8 +36,16 @@ class GrammarCompiler:
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-        rules, root = build()
-        grammar = CompiledGrammar(Machine(rules, root), self.vocab, key[0])
+        collecting = gc.isenabled()
+        gc.disable()  # compilation allocates many small lists; cyclic GC passes dominate
+        try:
+            rules, root = build()
+            grammar = CompiledGrammar(Machine(rules, root), self.vocab, key[0])
+        except RecursionError:
+            raise GrammarError("constraint nested too deeply") from None
+        finally:
+            if collecting:
+                gc.enable()
         with self._lock:
             self._cache[key] = grammar
             while len(self._cache) > self._cache_size:

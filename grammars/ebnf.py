@@ -15,6 +15,8 @@ from grammars.automaton import EMPTY, NOTHING, alt, cat, lit, rep
 from grammars.errors import GrammarError
 from grammars.regex import regex_to_node
 
+# lark's common.lark writes these with look-arounds; the same languages without them
+_COMMON = {"ESCAPED_STRING": r'"(\\.|[^"\\])*"', "_STRING_ESC_INNER": r'(\\.|[^"\\])*'}
 _FLAGS = {"i": re.IGNORECASE, "s": re.DOTALL, "m": re.MULTILINE, "x": re.VERBOSE, "u": 0,
           "l": 0}
 
@@ -39,7 +41,9 @@ def lark_to_rules(text: str, start: str = "start") -> tuple[dict, str]:
             flags = 0
             for f in getattr(pattern, "flags", ()) or ():
                 flags |= _FLAGS.get(f, 0)
-            if type(pattern).__name__ == "PatternStr" and not flags:
+            if name in _COMMON:
+                node = regex_to_node(_COMMON[name])
+            elif type(pattern).__name__ == "PatternStr" and not flags:
                 node = lit(pattern.value)
             else:
                 source = pattern.value if type(pattern).__name__ == "PatternRE" else re.escape(

@@ -39,7 +39,7 @@ _ANNOTATIONS = {
 # assertions the engine cannot enforce (other unknown keywords are annotations, as the
 # standard says, and are ignored)
 _UNSUPPORTED = {
-    "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
+    "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
     "contains", "minContains", "maxContains", "propertyNames", "unevaluatedProperties",
     "unevaluatedItems", "$dynamicRef", "$recursiveRef",
 }
@@ -78,7 +78,11 @@ _FORMATS["ipv6"] = "|".join([
 def schema_to_rules(schema, *, any_whitespace: bool = True, separators=None,
                     strict: bool = False) -> tuple[dict, str]:
     builder = _Builder(schema, any_whitespace, separators, strict)
-    root = builder.value(schema, "#")
+    try:
+        root = builder.value(schema, "#")
+    except RecursionError:
+        raise GrammarError("schema nested too deeply (or recursive through allOf/$ref "
+                           "siblings)") from None
     return {"root": root, **builder.rules}, "root"
 
 
@@ -410,13 +414,15 @@ class _Builder:
         unsupported = [k for k in schema if k in _UNSUPPORTED]
         if unsupported:
             raise GrammarError(f"unsupported keyword {unsupported[0]!r} at {path}")
+        if "not" in schema:
+            return self.negation(schema, path)
         if "allOf" in schema:
             merged = {k: v for k, v in schema.items() if k != "allOf"}
             for i, sub in enumerate(schema["allOf"]):
                 sub = self._deref(sub, path)
                 merged = _merge(merged, sub, f"{path}/allOf/{i}")
             return self.value(self._expand_alternatives(merged, path), path)
-        if "__alternatives" in schema:
+        if "__alternatives" in schema:  # left by merging two anyOf/oneOf
             return self.value(self._expand_alternatives(schema, path), path)
         for key in ("anyOf", "oneOf"):
             if key in schema:
@@ -433,7 +439,14 @@ class _Builder:
                         sub = _merge(base, sub, f"{path}/{key}/{i}")
                     nodes.append(self.value(sub, f"{path}/{key}/{i}"))
                 if key == "oneOf":
-                    _check_exclusive(nodes, path)
+                    resolved = [self._deref(b, path) for b in branches]
+                    if isinstance(base, dict) and _constrains(base):
+                        resolved = [_merge(base, b, path) for b in resolved]
+                    undecided = [
+                        i for i in range(len(nodes)) if any(
+                            not self._disjoint(resolved[i], resolved[j], path)
+                            for j in range(len(nodes)) if j != i)]
+                    _check_exclusive([nodes[i] for i in undecided], path)
                 return alt(*nodes)
         if "const" in schema:
             return self.literal(schema["const"], path)
@@ -452,6 +465,54 @@ class _Builder:
             return self.any_value()
         return alt(*(self.typed(t, schema, path) for t in types))
 
+    def _disjoint(self, a, b, path: str) -> bool:
+        """True when no value can match both schemas (by type, const/enum, or a required
+        property whose allowed constants differ)."""
+        a, b = self._deref(a, path), self._deref(b, path)
+        if a is False or b is False:
+            return True
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            return False
+        ta, tb = _value_types(a), _value_types(b)
+        if ta is not None and tb is not None and not (ta & tb):
+            return True
+        ca, cb = _constants(a), _constants(b)
+        if ca is not None and cb is not None and not any(x in cb for x in ca):
+            return True
+        pa, pb = a.get("properties") or {}, b.get("properties") or {}
+        for name in set(a.get("required") or []) & set(b.get("required") or []):
+            if name in pa and name in pb:
+                va, vb = self._deref(pa[name], path), self._deref(pb[name], path)
+                if isinstance(va, dict) and isinstance(vb, dict):
+                    ca, cb = _constants(va), _constants(vb)
+                    if ca is not None and cb is not None and not any(x in cb for x in ca):
+                        return True
+        return False
+
+    def negation(self, schema: dict, path: str) -> tuple:
+        """`not`, exact where both sides are regular: the base language minus the negated one."""
+        base = {k: v for k, v in schema.items() if k != "not"}
+        negated = self._deref(schema["not"], path)
+        if isinstance(negated, dict) and set(negated) - _ANNOTATIONS == {"type"}:
+            excluded = _types_of(negated) or []
+            if "number" in excluded:
+                excluded = excluded + ["integer"]
+            types = _types_of(base) or ["null", "boolean", "object", "array", "string", "number"]
+            kept = [t for t in types if t not in excluded]
+            if "number" in types and "integer" in excluded and "number" not in excluded:
+                raise GrammarError(f"not: excluding integers from numbers ({path})")
+            if not kept:
+                return NOTHING
+            return self.value({**base, "type": kept}, path)
+        base_node = self.value(base, path)
+        negated_node = self.value(negated, path + "/not")
+        if _has_rules(base_node) or _has_rules(negated_node):
+            raise GrammarError(f"not: only supported where both sides are non-recursive and "
+                               f"fully typed ({path})")
+        if node_size(base_node) > 5000 or node_size(negated_node) > 5000:
+            raise GrammarError(f"not: schema too large to negate ({path})")
+        return difference(base_node, negated_node)
+
     def _deref(self, sub, path: str):
         while isinstance(sub, dict) and "$ref" in sub:
             target, _ = self.resolve(sub["$ref"], path)
@@ -461,6 +522,8 @@ class _Builder:
 
     def _expand_alternatives(self, schema: dict, path: str) -> dict:
         """anyOf/oneOf lists collected while merging allOf: one anyOf of their combinations."""
+        if not isinstance(schema, dict):
+            return schema
         groups = list(schema.pop("__alternatives", None) or [])
         if not groups:
             return schema
@@ -734,6 +797,27 @@ def _implied_types(schema: dict):
     if not any(k in schema for ks in _TYPE_KEYWORDS.values() for k in ks):
         return None
     return ["null", "boolean", "object", "array", "string", "number"]
+
+
+def _value_types(schema: dict) -> set | None:
+    """JSON types a schema admits, "integer" folded into "number"; None when unknown."""
+    if "const" in schema or "enum" in schema:
+        values = [schema["const"]] if "const" in schema else schema["enum"]
+        if not isinstance(values, list):
+            return None
+        return {"number" if _json_type(v) == "integer" else _json_type(v) for v in values}
+    types = _types_of(schema)
+    if types is None or any(k in schema for k in ("anyOf", "oneOf", "allOf", "$ref", "not")):
+        return None
+    return {"number" if t == "integer" else t for t in types}
+
+
+def _constants(schema: dict) -> list | None:
+    if "const" in schema:
+        return [schema["const"]]
+    if isinstance(schema.get("enum"), list):
+        return schema["enum"]
+    return None
 
 
 def _constrains(schema: dict) -> bool:

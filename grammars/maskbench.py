@@ -72,3 +72,23 @@ def run_file(compiler, tokenizer, name: str, spec: dict) -> FileResult:
                 result.status = kind
                 result.detail = json.dumps(test["data"])[:200]
     return result
+
+
+def check_file(compiler, tokenizer, spec: dict) -> str:
+    """The file's status without timing masks: compile, then commit every instance's tokens."""
+    try:
+        grammar = compiler.compile_json_schema(spec["schema"])
+    except GrammarError:
+        return "compile_error"
+    except Exception as exc:  # noqa: BLE001 - reported, never hidden
+        return f"crash: {type(exc).__name__}: {exc}"[:200]
+    status = "pass"
+    for test in spec["tests"]:
+        matcher = grammar.matcher()
+        ids = tokenizer.encode(json.dumps(test["data"]), add_special_tokens=False)
+        accepted = all(matcher.accept_token(t) for t in ids) and matcher.is_completed()
+        if accepted != test["valid"]:
+            kind = "invalidation_error" if accepted else "validation_error"
+            if status != "invalidation_error":
+                status = kind
+    return status

@@ -77,6 +77,13 @@ CASES = [
     ("anyOf", {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]}, [1, "a"],
      ["ab", None]),
     ("oneOf disjoint", {"oneOf": [{"type": "integer"}, {"type": "boolean"}]}, [1, True], ["x"]),
+    ("oneOf discriminator", {"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
+         "required": ["kind"]},
+        {"type": "object", "properties": {"kind": {"const": "b"}, "y": {"type": "string"}},
+         "required": ["kind"]}]},
+     [{"kind": "a", "x": 1}, {"kind": "b", "y": "s"}, {"kind": "a", "z": [1]}],
+     [{"kind": "c"}, {"kind": "a", "x": "s"}]),
     ("allOf", {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
                           "required": ["a"]},
                          {"properties": {"b": {"type": "string"}}, "required": ["b"]}]},
@@ -125,7 +132,7 @@ def test_strict_mode_forbids_unnamed_properties(compiler, checker):
 
 
 @pytest.mark.parametrize("schema,keyword", [
-    ({"type": "string", "not": {"const": "x"}}, "not"),
+    ({"type": "object", "not": {"required": ["x"]}}, "not"),
     ({"type": "array", "uniqueItems": True}, "uniqueItems"),
     ({"type": "object", "if": {}, "then": {}}, "if"),
     ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames"),
@@ -173,3 +180,13 @@ def test_any_string_round_trips(compiler, checker, text):
 def test_generated_documents_are_accepted(compiler, checker, doc):
     ordered = {k: doc[k] for k in ("name", "age", "email") if k in doc}
     assert checker.accepts(compiler.compile_json_schema(PERSON), ordered, check_masks=False)
+
+
+def test_not(compiler, checker):
+    g = compiler.compile_json_schema({"type": "string", "not": {"enum": ["a", "b"]}})
+    assert checker.accepts(g, '"c"') and checker.accepts(g, '"ab"')
+    assert not checker.accepts(g, '"a"') and not checker.accepts(g, '"b"')
+    g = compiler.compile_json_schema({"type": ["integer", "null"], "not": {"type": "null"}})
+    assert checker.accepts(g, "3") and not checker.accepts(g, "null")
+    with pytest.raises(GrammarError, match="not"):
+        compiler.compile_json_schema({"not": {"required": ["a"]}})

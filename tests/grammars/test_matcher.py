@@ -1,0 +1,197 @@
+"""Matchers: masks agree with accept_token over the whole vocabulary, jump-forward strings,
+rollback, EOS and special tokens, regex / EBNF / choices, bitmask formats, caching."""
+
+import json
+import random
+import re
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grammars import GrammarError
+
+CALC = r"""
+?start: sum
+?sum: product | sum "+" product | sum "-" product
+?product: atom | product "*" atom | product "/" atom
+?atom: NUMBER | "-" atom | "(" sum ")"
+%import common.NUMBER
+%import common.WS_INLINE
+%ignore WS_INLINE
+"""
+
+
+def _states(grammar, tok, text):
+    """Matchers after each token of `text`."""
+    m = grammar.matcher()
+    out = [m.state]
+    for t in tok.encode(text, add_special_tokens=False):
+        assert m.accept_token(t)
+        out.append(m.state)
+    return out
+
+
+@pytest.mark.parametrize("kind,spec,text", [
+    ("json", {"type": "object", "properties": {"name": {"type": "string"},
+                                                "tags": {"type": "array", "items": {}}}},
+     '{"name": "Zoë \\"x\\"", "tags": [1, {"a": null}, "s"]}'),
+    ("regex", r"[a-z]+@[a-z]+\.(com|org) \d{2,4}", "bob@example.org 123"),
+    ("ebnf", CALC, "(12 + 3) * -4.5"),
+])
+def test_masks_agree_with_accept_token_on_every_token(compiler, smollm2_tokenizer, kind, spec,
+                                                      text):
+    grammar = {"json": compiler.compile_json_schema, "regex": compiler.compile_regex,
+               "ebnf": compiler.compile_ebnf}[kind](spec)
+    states = _states(grammar, smollm2_tokenizer, text)
+    rng = random.Random(0)
+    vocab = compiler.vocab
+    for state in rng.sample(states, min(6, len(states))):
+        m = grammar.matcher()
+        m._history = [state]
+        mask = m.next_token_mask()
+        for tid in range(vocab.size):
+            probe = grammar.matcher()
+            probe._history = [state]
+            assert probe.accept_token(tid) == mask[tid], (kind, state, tid)
+
+
+def test_jump_forward_strings(compiler):
+    schema = {"type": "object", "properties": {"name": {"type": "string"}},
+              "required": ["name"], "additionalProperties": False}
+    m = compiler.compile_json_schema(schema, any_whitespace=False).matcher()
+    assert m.find_jump_forward_string() == '{"name": "'
+    m = compiler.compile_json_schema(schema, any_whitespace=False).matcher()
+    assert m.accept_string('{"na')
+    assert m.find_jump_forward_string() == 'me": "'
+    m = compiler.compile_json_schema(schema).matcher()  # whitespace allowed: only the key
+    assert m.accept_string('{"na') and m.find_jump_forward_string() == 'me"'
+    m = compiler.compile_choices(["yes please", "yes thanks"]).matcher()
+    assert m.find_jump_forward_string() == "yes "
+    m = compiler.compile_regex(r"ab(c|d)").matcher()
+    assert m.find_jump_forward_string() == "ab"
+    m = compiler.compile_json_schema({"enum": ["größe"]}, any_whitespace=False).matcher()
+    assert m.accept_string('"gr') and m.find_jump_forward_string() == ""  # raw or \u00f6
+    m = compiler.compile_regex("ab").matcher()
+    assert m.accept_string("ab") and m.find_jump_forward_string() == ""
+
+
+def test_rollback_restores_exact_state(compiler, smollm2_tokenizer):
+    grammar = compiler.compile_json_schema({"type": "array", "items": {"type": "integer"}})
+    ids = smollm2_tokenizer.encode("[1, 22, 333, 4444, 5, 6, 7, 8, 9, 10, 11, 12]")
+    m = grammar.matcher()
+    snapshots = []
+    for t in ids:
+        snapshots.append((m.state, m.next_token_mask().copy(), m.find_jump_forward_string()))
+        assert m.accept_token(t)
+    for n in range(1, min(32, len(ids)) + 1):
+        m.rollback(1)
+        state, mask, jump = snapshots[-n]
+        assert m.state == state
+        assert (m.next_token_mask() == mask).all() and m.find_jump_forward_string() == jump
+    with pytest.raises(ValueError):
+        m.rollback(len(ids) + 5)
+
+
+def test_refusal_leaves_state_unchanged_and_eos_only_at_the_end(compiler, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    grammar = compiler.compile_regex(r"\d+")
+    m = grammar.matcher()
+    eos = tok.eos_token_id
+    assert not m.accept_token(eos)  # empty is not a match
+    before = m.state
+    assert not m.accept_token(tok.encode("x")[0]) and m.state == before
+    specials = [i for i in compiler.vocab.special_set if i < compiler.vocab.size]
+    assert specials and not any(m.accept_token(i) for i in specials)
+    assert m.accept_token(tok.encode("42")[0])
+    assert m.next_token_mask()[eos]
+    assert m.accept_token(eos) and m.is_terminated()
+    assert not m.accept_token(tok.encode("1")[0])
+    assert m.next_token_mask().sum() == 1  # only EOS after termination
+    m.rollback(1)
+    assert not m.is_terminated() and m.accept_token(tok.encode("1")[0])
+
+
+def test_bitmask_formats(compiler):
+    g = compiler.compile_regex("a|b")
+    words = compiler.vocab.words
+    ref = np.zeros(words, np.int32)
+    g.matcher().fill_next_token_bitmask(ref)
+    batch = torch.zeros((3, words), dtype=torch.int32)
+    g.matcher().fill_next_token_bitmask(batch, index=2)
+    assert (batch[2].numpy() == ref).all() and not batch[:2].any()
+    one = torch.full((words,), -1, dtype=torch.int32)
+    g.matcher().fill_next_token_bitmask(one)
+    assert (one.numpy() == ref).all()
+
+
+def test_partial_utf8_tokens(compiler, smollm2_tokenizer):
+    """Tokens holding part of a character are allowed mid-character and the rest must follow."""
+    vocab = compiler.vocab
+    g = compiler.compile_regex("é+")
+    m = g.matcher()
+    mask = m.next_token_mask()
+    first_byte = [i for i, b in enumerate(vocab.token_bytes) if b == b"\xc3"]
+    assert first_byte and mask[first_byte[0]]
+    assert m.accept_token(first_byte[0])
+    nxt = m.next_token_mask()
+    allowed = [vocab.token_bytes[i] for i in np.nonzero(nxt)[0]]
+    assert allowed and all(b.startswith(b"\xa9") for b in allowed)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([r"[a-c]{2,4}x?", r"(ab|a)*c", r"\d{3}-\d{4}", r"[^x]{0,3}y", r"(?i)hi+"]),
+       st.text(alphabet="abcxyhiHI0123456789-é", max_size=8))
+def test_regex_agrees_with_python(compiler, pattern, text):
+    m = compiler.compile_regex(pattern).matcher()
+    ours = m.accept_string(text) and m.is_completed()
+    assert ours == bool(re.fullmatch(pattern, text)), (pattern, text)
+
+
+def test_ebnf_calculator(compiler, checker):
+    g = compiler.compile_ebnf(CALC)
+    for text in ["1", "1 + 2*3", "(1+2) * -3.5", " 7 "]:
+        assert checker.accepts(g, text), text
+    for text in ["", "1 +", "1 + * 2", "(1"]:
+        assert not checker.accepts(g, text), text
+    with pytest.raises(GrammarError):
+        compiler.compile_ebnf("start: undefined_rule")
+    with pytest.raises(GrammarError):
+        compiler.compile_ebnf("start: a\na: start 'x' | 'y'")  # indirect left recursion
+
+
+def test_ebnf_json_like_recursion(compiler, checker):
+    grammar = r"""
+    start: value
+    value: dict | list | ESCAPED_STRING | SIGNED_NUMBER | "true" | "false" | "null"
+    list : "[" [value ("," value)*] "]"
+    dict : "{" [pair ("," pair)*] "}"
+    pair : ESCAPED_STRING ":" value
+    %import common.ESCAPED_STRING
+    %import common.SIGNED_NUMBER
+    %import common.WS
+    %ignore WS
+    """
+    g = compiler.compile_ebnf(grammar)
+    doc = {"a": [1, 2, {"b": None}], "c": "d"}
+    assert checker.accepts(g, json.dumps(doc))
+    assert not checker.accepts(g, '{"a": }')
+
+
+def test_choices(compiler, checker):
+    g = compiler.compile_choices(["yes", "no", "maybe later"])
+    for text in ["yes", "no", "maybe later"]:
+        assert checker.accepts(g, text)
+    assert not checker.accepts(g, "maybe")
+    with pytest.raises(GrammarError):
+        compiler.compile_choices([])
+
+
+def test_compiled_grammars_are_cached_and_shared(compiler):
+    a = compiler.compile_json_schema({"type": "integer"})
+    b = compiler.compile_json_schema('{"type": "integer"}')
+    assert a is b
+    m1, m2 = a.matcher(), a.matcher()
+    assert m1.accept_string("12") and m2.state == a.initial
