@@ -82,7 +82,8 @@ class LLGuidance:
 
     def compile(self, schema):
         grammar = self.ll.LLMatcher.grammar_from_json_schema(
-            json.dumps(schema), defaults={"whitespace_flexible": True})
+            json.dumps(schema), defaults={"whitespace_flexible": True}
+        )
         m = self.ll.LLMatcher(self.tok, grammar, log_level=0)
         if m.is_error():
             raise GrammarError(m.get_error())
@@ -176,8 +177,12 @@ class OutlinesCore:
         return self.eos in guide.get_tokens()
 
 
-ENGINES = {"radixgen": Radixgen, "llguidance": LLGuidance, "xgrammar": XGrammar,
-           "outlines-core": OutlinesCore}
+ENGINES = {
+    "radixgen": Radixgen,
+    "llguidance": LLGuidance,
+    "xgrammar": XGrammar,
+    "outlines-core": OutlinesCore,
+}
 
 
 def tokenizers():
@@ -200,8 +205,13 @@ def tokenizers():
 
 
 def run_engine(engine, tok, files):
-    stats = {"files": 0, "pass": 0, "compile_error": 0, "validation_error": 0,
-             "invalidation_error": 0}
+    stats = {
+        "files": 0,
+        "pass": 0,
+        "compile_error": 0,
+        "validation_error": 0,
+        "invalidation_error": 0,
+    }
     compile_s, mask_s = [], []
     signal.signal(signal.SIGALRM, _alarm)
     for _, spec in files:
@@ -230,14 +240,16 @@ def run_engine(engine, tok, files):
         stats[status] += 1
     ms = np.array(mask_s) * 1e6 if mask_s else np.zeros(1)
     cs = np.array(compile_s) * 1e3 if compile_s else np.zeros(1)
-    stats.update({
-        "compile_ms_p50": round(float(np.percentile(cs, 50)), 2),
-        "compile_ms_p95": round(float(np.percentile(cs, 95)), 2),
-        "mask_us_p50": round(float(np.percentile(ms, 50)), 1),
-        "mask_us_p95": round(float(np.percentile(ms, 95)), 1),
-        "mask_us_p99": round(float(np.percentile(ms, 99)), 1),
-        "tokens": len(mask_s),
-    })
+    stats.update(
+        {
+            "compile_ms_p50": round(float(np.percentile(cs, 50)), 2),
+            "compile_ms_p95": round(float(np.percentile(cs, 95)), 2),
+            "mask_us_p50": round(float(np.percentile(ms, 50)), 1),
+            "mask_us_p95": round(float(np.percentile(ms, 95)), 1),
+            "mask_us_p99": round(float(np.percentile(ms, 99)), 1),
+            "tokens": len(mask_s),
+        }
+    )
     return stats
 
 
@@ -248,8 +260,9 @@ def main():
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--tokenizers", default="smollm2,llama3")
     args = ap.parse_args()
-    data = args.data or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                     "shared", "data", "maskbench-dev")
+    data = args.data or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "maskbench-dev"
+    )
     files = load_files(data)
     if args.limit and args.limit < len(files):
         files = files[:: len(files) // args.limit][: args.limit]
@@ -268,17 +281,23 @@ def main():
             stats = run_engine(engine, toks[tname], files)
             stats["wall_s"] = round(time.time() - t0, 1)
             results[f"{ename}/{tname}"] = stats
-            print(f"{ename:14s} {tname:8s} " + " ".join(f"{k}={v}" for k, v in stats.items()),
-                  flush=True)
-    print("| engine | tokenizer | pass | compile err | validation err | invalidation err | "
-          "compile p50 / p95 ms | mask p50 / p95 / p99 µs |")
+            print(
+                f"{ename:14s} {tname:8s} " + " ".join(f"{k}={v}" for k, v in stats.items()),
+                flush=True,
+            )
+    print(
+        "| engine | tokenizer | pass | compile err | validation err | invalidation err | "
+        "compile p50 / p95 ms | mask p50 / p95 / p99 µs |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for key, s in results.items():
         e, t = key.split("/")
-        print(f"| {e} | {t} | {s['pass']}/{s['files']} | {s['compile_error']} | "
-              f"{s['validation_error']} | {s['invalidation_error']} | {s['compile_ms_p50']} / "
-              f"{s['compile_ms_p95']} | {s['mask_us_p50']} / {s['mask_us_p95']} / "
-              f"{s['mask_us_p99']} |")
+        print(
+            f"| {e} | {t} | {s['pass']}/{s['files']} | {s['compile_error']} | "
+            f"{s['validation_error']} | {s['invalidation_error']} | {s['compile_ms_p50']} / "
+            f"{s['compile_ms_p95']} | {s['mask_us_p50']} / {s['mask_us_p95']} / "
+            f"{s['mask_us_p99']} |"
+        )
     print(json.dumps({"benchmark": "grammar", "files": len(files), "results": results}))
 
 

@@ -5,5 +5,4 @@ from grammars.errors import GrammarError
 from grammars.grammar import CompiledGrammar, GrammarMatcher
 from grammars.tokenizer_info import TokenizerInfo
 
-__all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarError", "GrammarMatcher",
-           "TokenizerInfo"]
+__all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarError", "GrammarMatcher", "TokenizerInfo"]

@@ -19,8 +19,11 @@ class GrammarCompiler:
     """Builds the vocabulary of a Hugging Face tokenizer once; compiles constraints against it."""
 
     def __init__(self, tokenizer, vocab_size: int | None = None, cache_size: int = 256):
-        info = tokenizer if isinstance(tokenizer, TokenizerInfo) else (
-            TokenizerInfo.from_huggingface(tokenizer, vocab_size))
+        info = (
+            tokenizer
+            if isinstance(tokenizer, TokenizerInfo)
+            else (TokenizerInfo.from_huggingface(tokenizer, vocab_size))
+        )
         self.vocab = Vocabulary(info, vocab_size)
         self._cache: OrderedDict[tuple, CompiledGrammar] = OrderedDict()
         self._cache_size = cache_size
@@ -59,12 +62,18 @@ class GrammarCompiler:
     def compile_choices(self, choices: list[str]) -> CompiledGrammar:
         if not choices or not all(isinstance(c, str) for c in choices):
             raise GrammarError("choices must be a non-empty list of strings")
-        return self._cached(("choices", tuple(choices)),
-                            lambda: ({"root": alt(*(lit(c) for c in choices))}, "root"))
+        return self._cached(
+            ("choices", tuple(choices)), lambda: ({"root": alt(*(lit(c) for c in choices))}, "root")
+        )
 
-    def compile_json_schema(self, schema, *, any_whitespace: bool = True,
-                            separators: tuple[str, str] | None = None,
-                            strict_mode: bool = False) -> CompiledGrammar:
+    def compile_json_schema(
+        self,
+        schema,
+        *,
+        any_whitespace: bool = True,
+        separators: tuple[str, str] | None = None,
+        strict_mode: bool = False,
+    ) -> CompiledGrammar:
         """`schema` as a dict or JSON text. any_whitespace=False writes exactly `separators`
         (default ", " and ": "); strict_mode=True forbids properties and items the schema does
         not name (as if additionalProperties / items were false)."""
@@ -75,10 +84,19 @@ class GrammarCompiler:
                 schema = json.loads(schema)
             except json.JSONDecodeError as exc:
                 raise GrammarError(f"schema is not valid JSON: {exc}") from None
-        key = ("json_schema", json.dumps(schema, sort_keys=True), any_whitespace,
-               tuple(separators) if separators else None, strict_mode)
-        return self._cached(key, lambda: schema_to_rules(
-            schema, any_whitespace=any_whitespace, separators=separators, strict=strict_mode))
+        key = (
+            "json_schema",
+            json.dumps(schema, sort_keys=True),
+            any_whitespace,
+            tuple(separators) if separators else None,
+            strict_mode,
+        )
+        return self._cached(
+            key,
+            lambda: schema_to_rules(
+                schema, any_whitespace=any_whitespace, separators=separators, strict=strict_mode
+            ),
+        )
 
     def compile_builtin_json_grammar(self) -> CompiledGrammar:
         """Any JSON value (response_format json_object)."""

@@ -17,8 +17,7 @@ from grammars.regex import regex_to_node
 
 # lark's common.lark writes these with look-arounds; the same languages without them
 _COMMON = {"ESCAPED_STRING": r'"(\\.|[^"\\])*"', "_STRING_ESC_INNER": r'(\\.|[^"\\])*'}
-_FLAGS = {"i": re.IGNORECASE, "s": re.DOTALL, "m": re.MULTILINE, "x": re.VERBOSE, "u": 0,
-          "l": 0}
+_FLAGS = {"i": re.IGNORECASE, "s": re.DOTALL, "m": re.MULTILINE, "x": re.VERBOSE, "u": 0, "l": 0}
 
 
 def lark_to_rules(text: str, start: str = "start") -> tuple[dict, str]:
@@ -46,8 +45,11 @@ def lark_to_rules(text: str, start: str = "start") -> tuple[dict, str]:
             elif type(pattern).__name__ == "PatternStr" and not flags:
                 node = lit(pattern.value)
             else:
-                source = pattern.value if type(pattern).__name__ == "PatternRE" else re.escape(
-                    pattern.value)
+                source = (
+                    pattern.value
+                    if type(pattern).__name__ == "PatternRE"
+                    else re.escape(pattern.value)
+                )
                 node = regex_to_node(source, flags=flags)
             cache[name] = node
         return node
@@ -71,10 +73,10 @@ def lark_to_rules(text: str, start: str = "start") -> tuple[dict, str]:
         expansions.setdefault(rule.origin.name, []).append(list(rule.expansion))
     rules: dict[str, tuple] = {}
     for name, exps in expansions.items():
-        recursive = [e[1:] for e in exps if e and isinstance(e[0], NonTerminal)
-                     and e[0].name == name]
-        base = [e for e in exps if not (e and isinstance(e[0], NonTerminal)
-                                        and e[0].name == name)]
+        recursive = [
+            e[1:] for e in exps if e and isinstance(e[0], NonTerminal) and e[0].name == name
+        ]
+        base = [e for e in exps if not (e and isinstance(e[0], NonTerminal) and e[0].name == name)]
         node = alt(*(sequence(e) for e in base)) if base else NOTHING
         if recursive:
             tails = alt(*(cat(gap, sequence(e)) if e else EMPTY for e in recursive))

@@ -110,8 +110,9 @@ class Machine:
                 continue
             nfa.eps[s] = [t for t in nfa.eps[s] if t in live]
             nfa.edges[s] = [(m, t) for m, t in nfa.edges[s] if t in live]
-            nfa.nts[s] = [(nm, t) for nm, t in nfa.nts[s]
-                          if t in live and self.rule_index[nm] in productive]
+            nfa.nts[s] = [
+                (nm, t) for nm, t in nfa.nts[s] if t in live and self.rule_index[nm] in productive
+            ]
 
     def _check_left_recursion(self, starts, finals) -> None:
         nfa = self.nfa
@@ -171,7 +172,8 @@ class Machine:
                 pushes.setdefault(self.rule_index[name], []).append(t)
         if pushes:
             self.nt_edges[g] = tuple(
-                (r, self.state(self.nfa.closure(ts))) for r, ts in pushes.items())
+                (r, self.state(self.nfa.closure(ts))) for r, ts in pushes.items()
+            )
         return g
 
     def _grow(self) -> None:
@@ -541,7 +543,7 @@ class GrammarMatcher:
             target = bitmask.numpy()
         row = target[index] if target.ndim == 2 else target
         row[: len(words)] = words
-        row[len(words):] = 0
+        row[len(words) :] = 0
 
     def next_token_mask(self) -> np.ndarray:
         """The allowed token ids as a boolean array over the vocabulary."""
@@ -558,8 +560,9 @@ class GrammarMatcher:
 
     def rollback(self, num_tokens: int) -> None:
         if num_tokens < 0 or num_tokens >= len(self._history):
-            raise ValueError(f"cannot roll back {num_tokens} tokens ({len(self._history) - 1} "
-                             "accepted)")
+            raise ValueError(
+                f"cannot roll back {num_tokens} tokens ({len(self._history) - 1} accepted)"
+            )
         if num_tokens:
             del self._history[-num_tokens:]
             self._terminated = False

@@ -30,18 +30,55 @@ from grammars.regex import ANY_CHAR, json_chars, regex_to_node
 
 # keywords that only annotate
 _ANNOTATIONS = {
-    "$schema", "$id", "id", "$comment", "title", "description", "default", "examples", "example",
-    "readOnly", "writeOnly", "deprecated", "definitions", "$defs", "contentMediaType",
-    "contentEncoding", "$anchor", "markdownDescription", "deprecationMessage", "errorMessage",
-    "discriminator", "xml", "externalDocs", "nullable", "enumDescriptions", "markdownEnumDescriptions",
-    "$vocabulary", "tsType", "defaultSnippets", "doNotSuggest", "patternErrorMessage",
+    "$schema",
+    "$id",
+    "id",
+    "$comment",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "example",
+    "readOnly",
+    "writeOnly",
+    "deprecated",
+    "definitions",
+    "$defs",
+    "contentMediaType",
+    "contentEncoding",
+    "$anchor",
+    "markdownDescription",
+    "deprecationMessage",
+    "errorMessage",
+    "discriminator",
+    "xml",
+    "externalDocs",
+    "nullable",
+    "enumDescriptions",
+    "markdownEnumDescriptions",
+    "$vocabulary",
+    "tsType",
+    "defaultSnippets",
+    "doNotSuggest",
+    "patternErrorMessage",
 }
 # assertions the engine cannot enforce (other unknown keywords are annotations, as the
 # standard says, and are ignored)
 _UNSUPPORTED = {
-    "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-    "contains", "minContains", "maxContains", "propertyNames", "unevaluatedProperties",
-    "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+    "if",
+    "then",
+    "else",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "contains",
+    "minContains",
+    "maxContains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$recursiveRef",
 }
 _TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 _DIGIT = byte_set((0x30, 0x39))
@@ -62,27 +99,46 @@ _FORMATS = {
     "hostname": r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
 }
 # standard formats a validator may check that are not enforced here: they raise GrammarError
-_UNENFORCED_FORMATS = {"regex", "uri-template", "idn-email", "idn-hostname", "iri",
-                       "iri-reference", "relative-json-pointer", "duration"}
+_UNENFORCED_FORMATS = {
+    "regex",
+    "uri-template",
+    "idn-email",
+    "idn-hostname",
+    "iri",
+    "iri-reference",
+    "relative-json-pointer",
+    "duration",
+}
 _H = "[0-9a-fA-F]{1,4}"
 _V4 = _FORMATS["ipv4"]
-_FORMATS["ipv6"] = "|".join([
-    f"({_H}:){{7}}{_H}", f"({_H}:){{1,7}}:", f"({_H}:){{1,6}}:{_H}",
-    f"({_H}:){{1,5}}(:{_H}){{1,2}}", f"({_H}:){{1,4}}(:{_H}){{1,3}}",
-    f"({_H}:){{1,3}}(:{_H}){{1,4}}", f"({_H}:){{1,2}}(:{_H}){{1,5}}",
-    f"{_H}:(:{_H}){{1,6}}", f":((:{_H}){{1,7}}|:)", f"({_H}:){{6}}{_V4}",
-    f"::({_H}:){{0,5}}{_V4}", f"({_H}:){{1,5}}:{_V4}",
-])
+_FORMATS["ipv6"] = "|".join(
+    [
+        f"({_H}:){{7}}{_H}",
+        f"({_H}:){{1,7}}:",
+        f"({_H}:){{1,6}}:{_H}",
+        f"({_H}:){{1,5}}(:{_H}){{1,2}}",
+        f"({_H}:){{1,4}}(:{_H}){{1,3}}",
+        f"({_H}:){{1,3}}(:{_H}){{1,4}}",
+        f"({_H}:){{1,2}}(:{_H}){{1,5}}",
+        f"{_H}:(:{_H}){{1,6}}",
+        f":((:{_H}){{1,7}}|:)",
+        f"({_H}:){{6}}{_V4}",
+        f"::({_H}:){{0,5}}{_V4}",
+        f"({_H}:){{1,5}}:{_V4}",
+    ]
+)
 
 
-def schema_to_rules(schema, *, any_whitespace: bool = True, separators=None,
-                    strict: bool = False) -> tuple[dict, str]:
+def schema_to_rules(
+    schema, *, any_whitespace: bool = True, separators=None, strict: bool = False
+) -> tuple[dict, str]:
     builder = _Builder(schema, any_whitespace, separators, strict)
     try:
         root = builder.value(schema, "#")
     except RecursionError:
-        raise GrammarError("schema nested too deeply (or recursive through allOf/$ref "
-                           "siblings)") from None
+        raise GrammarError(
+            "schema nested too deeply (or recursive through allOf/$ref siblings)"
+        ) from None
     return {"root": root, **builder.rules}, "root"
 
 
@@ -118,8 +174,9 @@ def _string_literal(text: str) -> tuple:
 def _number_literal(value) -> tuple:
     if isinstance(value, bool):
         return lit("true" if value else "false")
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()
-                                  and abs(value) < 1e16):
+    if isinstance(value, int) or (
+        isinstance(value, float) and value.is_integer() and abs(value) < 1e16
+    ):
         k = int(value)
         return alt(lit(str(k)), lit(f"{k}.0"))
     return lit(json.dumps(value))
@@ -150,7 +207,7 @@ def _naturals(lo: int, hi: int | None) -> tuple:
     top = hi if hi is not None else 10 ** len(str(lo)) - 1
     for d in range(len(str(lo)), len(str(top)) + 1):
         a = max(lo, 10 ** (d - 1) if d > 1 else 0)
-        b = min(top, 10 ** d - 1)
+        b = min(top, 10**d - 1)
         if a <= b:
             parts.append(_same_length(str(a), str(b)))
     if hi is None:
@@ -160,9 +217,16 @@ def _naturals(lo: int, hi: int | None) -> tuple:
 
 _FRAC_ANY = opt(cat(lit("."), rep(("b", _DIGIT), 1, None)))
 _FRAC_ZERO = opt(cat(lit("."), rep(lit("0"), 1, None)))
-_FRAC_NONZERO = cat(lit("."), rep(("b", _DIGIT), 0, None), ("b", _DIGIT19), rep(("b", _DIGIT), 0, None))
-_EXP = opt(cat(("b", byte_set(ord("e"), ord("E"))), opt(("b", byte_set(ord("+"), ord("-")))),
-               rep(("b", _DIGIT), 1, None)))
+_FRAC_NONZERO = cat(
+    lit("."), rep(("b", _DIGIT), 0, None), ("b", _DIGIT19), rep(("b", _DIGIT), 0, None)
+)
+_EXP = opt(
+    cat(
+        ("b", byte_set(ord("e"), ord("E"))),
+        opt(("b", byte_set(ord("+"), ord("-")))),
+        rep(("b", _DIGIT), 1, None),
+    )
+)
 _INT = cat(opt(lit("-")), alt(lit("0"), cat(("b", _DIGIT19), rep(("b", _DIGIT), 0, None))))
 _NUMBER = cat(_INT, _FRAC_ANY, _EXP)
 
@@ -382,13 +446,16 @@ class _Builder:
 
     def _any_body(self, inner) -> tuple:
         ws = self.ws
-        array = cat(lit("["), ws, opt(cat(inner, rep(cat(self.item_sep, inner), 0, None))), ws,
-                    lit("]"))
+        array = cat(
+            lit("["), ws, opt(cat(inner, rep(cat(self.item_sep, inner), 0, None))), ws, lit("]")
+        )
         member = cat(self.string_node({}), self.key_sep, inner)
-        obj = cat(lit("{"), ws, opt(cat(member, rep(cat(self.item_sep, member), 0, None))), ws,
-                  lit("}"))
-        return alt(lit("null"), lit("true"), lit("false"), _NUMBER, self.string_node({}), array,
-                   obj)
+        obj = cat(
+            lit("{"), ws, opt(cat(member, rep(cat(self.item_sep, member), 0, None))), ws, lit("}")
+        )
+        return alt(
+            lit("null"), lit("true"), lit("false"), _NUMBER, self.string_node({}), array, obj
+        )
 
     def value(self, schema, path: str) -> tuple:
         if schema is True:
@@ -407,8 +474,9 @@ class _Builder:
                 raise GrammarError(f"$ref: sibling keywords on a recursive reference ({path})")
             self._expanding.append(key)
             try:
-                return self.value(_merge(target, siblings, path) if isinstance(target, dict)
-                                  else siblings, path)
+                return self.value(
+                    _merge(target, siblings, path) if isinstance(target, dict) else siblings, path
+                )
             finally:
                 self._expanding.pop()
         unsupported = [k for k in schema if k in _UNSUPPORTED]
@@ -443,9 +511,14 @@ class _Builder:
                     if isinstance(base, dict) and _constrains(base):
                         resolved = [_merge(base, b, path) for b in resolved]
                     undecided = [
-                        i for i in range(len(nodes)) if any(
+                        i
+                        for i in range(len(nodes))
+                        if any(
                             not self._disjoint(resolved[i], resolved[j], path)
-                            for j in range(len(nodes)) if j != i)]
+                            for j in range(len(nodes))
+                            if j != i
+                        )
+                    ]
                     _check_exclusive([nodes[i] for i in undecided], path)
                 return alt(*nodes)
         if "const" in schema:
@@ -455,8 +528,13 @@ class _Builder:
             if not isinstance(values, list):
                 raise GrammarError(f"enum must be a list at {path}")
             types = _types_of(schema)
-            kept = [v for v in values if types is None or _json_type(v) in types
-                    or (_json_type(v) == "integer" and "number" in types)]
+            kept = [
+                v
+                for v in values
+                if types is None
+                or _json_type(v) in types
+                or (_json_type(v) == "integer" and "number" in types)
+            ]
             return alt(*(self.literal(v, path) for v in kept))
         types = _types_of(schema)
         if types is None:
@@ -507,8 +585,9 @@ class _Builder:
         base_node = self.value(base, path)
         negated_node = self.value(negated, path + "/not")
         if _has_rules(base_node) or _has_rules(negated_node):
-            raise GrammarError(f"not: only supported where both sides are non-recursive and "
-                               f"fully typed ({path})")
+            raise GrammarError(
+                f"not: only supported where both sides are non-recursive and fully typed ({path})"
+            )
         if node_size(base_node) > 5000 or node_size(negated_node) > 5000:
             raise GrammarError(f"not: schema too large to negate ({path})")
         return difference(base_node, negated_node)
@@ -556,8 +635,10 @@ class _Builder:
             body = [items[0]] + [cat(self.item_sep, x) for x in items[1:]]
             return cat(lit("["), ws, *body, ws, lit("]"))
         if isinstance(value, dict):
-            members = [cat(_string_literal(k), self.key_sep, self.literal(v, path))
-                       for k, v in value.items()]
+            members = [
+                cat(_string_literal(k), self.key_sep, self.literal(v, path))
+                for k, v in value.items()
+            ]
             if not members:
                 return cat(lit("{"), ws, lit("}"))
             body = [members[0]] + [cat(self.item_sep, x) for x in members[1:]]
@@ -633,12 +714,15 @@ class _Builder:
         if lo > 0 or hi is not None:
             shortest, longest = body.path_lengths()
             # a character takes 1 to 12 bytes in a JSON string (a surrogate pair escape)
-            redundant = shortest >= 12 * lo and longest is not None and (
-                hi is None or longest <= hi)
+            redundant = (
+                shortest >= 12 * lo and longest is not None and (hi is None or longest <= hi)
+            )
             if not redundant:
                 if hi is not None and hi > 512:
-                    raise GrammarError(f"maxLength: {hi} combined with pattern/format is too "
-                                       f"large to enforce ({path})")
+                    raise GrammarError(
+                        f"maxLength: {hi} combined with pattern/format is too "
+                        f"large to enforce ({path})"
+                    )
                 body = body.product(_length_dfa(lo, hi), "and")
         return cat(lit('"'), ("dfa", body), lit('"'))
 
@@ -668,11 +752,16 @@ class _Builder:
             tail_hi = 0
             if tail_lo:
                 return NOTHING
-        if rest_node != NOTHING and node_size(rest_node) > 50 and (
-                tail_hi is None or tail_hi > 2) and rest_node[0] != "nt":
+        if (
+            rest_node != NOTHING
+            and node_size(rest_node) > 50
+            and (tail_hi is None or tail_hi > 2)
+            and rest_node[0] != "nt"
+        ):
             name = f"items{len(self.rules)}"
             self.rules[name] = rest_node
             rest_node = ("nt", name)
+
         # build from the end: seq(i) = items i.. with i >= lo required
         def tail(first: bool):
             item = rest_node if first else cat(sep, rest_node)
@@ -682,6 +771,7 @@ class _Builder:
             more_hi = None if tail_hi is None else tail_hi - 1
             seq = cat(item, rep(cat(sep, rest_node), more_lo, more_hi))
             return seq if tail_lo > 0 else opt(seq)
+
         node = None
         for i in reversed(range(n)):
             item = prefix_nodes[i] if i == 0 else cat(sep, prefix_nodes[i])
@@ -714,8 +804,11 @@ class _Builder:
                 sub = self._extra_schema_for(name, pattern_props, additional, path)
             for pat, psub in pattern_props.items():
                 if name in props and _regex_search(pat, name):
-                    sub = _merge(sub, psub, f"{path}/patternProperties") if isinstance(
-                        sub, dict) and isinstance(psub, dict) else sub
+                    sub = (
+                        _merge(sub, psub, f"{path}/patternProperties")
+                        if isinstance(sub, dict) and isinstance(psub, dict)
+                        else sub
+                    )
             key = _string_literal(name)
             value = self.value(sub, f"{path}/properties/{name}")
             items.append((cat(key, self.key_sep, value), name in required))
@@ -724,8 +817,9 @@ class _Builder:
         extra = self._extra_member(names, pattern_props, additional, path)
         n_required = sum(1 for _, r in items if r)
         if count_min > n_required:
-            raise GrammarError(f"minProperties is not supported beyond the required "
-                               f"properties ({path})")
+            raise GrammarError(
+                f"minProperties is not supported beyond the required properties ({path})"
+            )
         if count_max is not None and (extra is not None or count_max < len(items)):
             if count_max < n_required:
                 return NOTHING
@@ -786,8 +880,14 @@ _TYPE_KEYWORDS = {
     "string": ("minLength", "maxLength", "pattern", "format"),
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
     "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"),
-    "object": ("properties", "required", "additionalProperties", "patternProperties",
-               "minProperties", "maxProperties"),
+    "object": (
+        "properties",
+        "required",
+        "additionalProperties",
+        "patternProperties",
+        "minProperties",
+        "maxProperties",
+    ),
 }
 
 
@@ -917,8 +1017,9 @@ def _restrict_to_additional(out: dict, a: dict, b: dict, path: str) -> None:
     if extra is True or not isinstance(b.get("properties"), dict):
         return
     if a.get("patternProperties"):
-        raise GrammarError(f"allOf: cannot combine patternProperties with other properties "
-                           f"({path})")
+        raise GrammarError(
+            f"allOf: cannot combine patternProperties with other properties ({path})"
+        )
     own = a.get("properties") or {}
     props = dict(out.get("properties") or {})
     for name in b["properties"]:
@@ -952,6 +1053,7 @@ def _has_rules(node) -> bool:
     if kind == "rep":
         return _has_rules(node[1])
     if kind == "members":
-        return any(_has_rules(i) for i, _ in node[1]) or (node[3] is not None
-                                                          and _has_rules(node[3]))
+        return any(_has_rules(i) for i, _ in node[1]) or (
+            node[3] is not None and _has_rules(node[3])
+        )
     return False

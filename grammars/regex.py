@@ -21,12 +21,29 @@ Ranges = list[tuple[int, int]]
 
 DIGIT: Ranges = [(0x30, 0x39)]
 WORD: Ranges = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
-SPACE: Ranges = [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
-                 (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000),
-                 (0xFEFF, 0xFEFF)]
+SPACE: Ranges = [
+    (0x09, 0x0D),
+    (0x20, 0x20),
+    (0xA0, 0xA0),
+    (0x1680, 0x1680),
+    (0x2000, 0x200A),
+    (0x2028, 0x2029),
+    (0x202F, 0x202F),
+    (0x205F, 0x205F),
+    (0x3000, 0x3000),
+    (0xFEFF, 0xFEFF),
+]
 ANY_CHAR: Ranges = [(0, MAX_CODEPOINT)]
-_SHORT_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r",
-                  0x09: "t"}
+_SHORT_ESCAPES = {
+    0x22: '"',
+    0x5C: "\\",
+    0x2F: "/",
+    0x08: "b",
+    0x0C: "f",
+    0x0A: "n",
+    0x0D: "r",
+    0x09: "t",
+}
 _HEX = "0123456789abcdef"
 
 
@@ -175,9 +192,12 @@ class _Converter:
 
     def category(self, cat_code) -> Ranges:
         table = {
-            C.CATEGORY_DIGIT: DIGIT, C.CATEGORY_NOT_DIGIT: negate(DIGIT),
-            C.CATEGORY_WORD: WORD, C.CATEGORY_NOT_WORD: negate(WORD),
-            C.CATEGORY_SPACE: SPACE, C.CATEGORY_NOT_SPACE: negate(SPACE),
+            C.CATEGORY_DIGIT: DIGIT,
+            C.CATEGORY_NOT_DIGIT: negate(DIGIT),
+            C.CATEGORY_WORD: WORD,
+            C.CATEGORY_NOT_WORD: negate(WORD),
+            C.CATEGORY_SPACE: SPACE,
+            C.CATEGORY_NOT_SPACE: negate(SPACE),
         }
         if cat_code not in table:
             raise GrammarError(f"pattern: unsupported character category {cat_code}")
@@ -221,7 +241,8 @@ class _Converter:
             if add_flags or del_flags:
                 saved = (self.ignore_case, self.dotall)
                 self.ignore_case = (self.ignore_case or bool(add_flags & re.I)) and not (
-                    del_flags & re.I)
+                    del_flags & re.I
+                )
                 self.dotall = (self.dotall or bool(add_flags & re.S)) and not (del_flags & re.S)
                 node = self.seq(sub)
                 self.ignore_case, self.dotall = saved
@@ -261,15 +282,21 @@ def _branches(parsed) -> list[list]:
     items = list(parsed)
     if len(items) == 1 and items[0][0] is C.BRANCH:
         return [list(b) for b in items[0][1][1]]
-    if len(items) == 1 and items[0][0] is C.SUBPATTERN and not items[0][1][1] and not items[0][1][2]:
+    if (
+        len(items) == 1
+        and items[0][0] is C.SUBPATTERN
+        and not items[0][1][1]
+        and not items[0][1][2]
+    ):
         inner = list(items[0][1][3])
         if len(inner) == 1 and inner[0][0] is C.BRANCH:
             return [list(b) for b in inner[0][1][1]]
     return [items]
 
 
-def regex_to_node(pattern: str, *, json_mode: bool = False, search: bool = False,
-                  flags: int = 0) -> tuple:
+def regex_to_node(
+    pattern: str, *, json_mode: bool = False, search: bool = False, flags: int = 0
+) -> tuple:
     """Full-match semantics by default; `search=True` is JSON Schema's `pattern`, which matches
     anywhere unless anchored with ^ / $."""
     parsed = _parse(pattern, flags)
@@ -280,7 +307,8 @@ def regex_to_node(pattern: str, *, json_mode: bool = False, search: bool = False
         items, anchored_start, anchored_end = _strip_anchors(items)
         node = conv.seq(items)
         if search:
-            node = cat(EMPTY if anchored_start else anything, node,
-                       EMPTY if anchored_end else anything)
+            node = cat(
+                EMPTY if anchored_start else anything, node, EMPTY if anchored_end else anything
+            )
         alternatives.append(node)
     return alt(*alternatives)

@@ -19,7 +19,8 @@ class Vocabulary:
         tb = list(info.token_bytes) + [b""] * (self.size - info.vocab_size)
         self.token_bytes = tb
         self.special_set = frozenset(info.special_ids) | frozenset(
-            range(info.vocab_size, self.size))
+            range(info.vocab_size, self.size)
+        )
         self.eos_ids = np.array(sorted(info.eos_ids), np.int64)
         self.eos_set = frozenset(info.eos_ids)
         usable = [i for i in range(self.size) if tb[i] and i not in self.special_set]

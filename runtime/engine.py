@@ -31,8 +31,10 @@ def normalize_generate_input(
     input_ids: list[int] | list[list[int]] | None,
     sampling_params: dict | list[dict] | None,
     rid: str | list[str] | None = None,
+    grammars=None,
 ) -> GenerateInput:
-    """Tokenize, validate and expand `n` copies; raises ValueError naming the bad field."""
+    """Tokenize, validate and expand `n` copies; raises ValueError naming the bad field.
+    `grammars` (a GrammarBackend) compiles json_schema / regex / ebnf constraints to check them."""
     if (text is None) == (input_ids is None):
         raise ValueError("exactly one of text and input_ids must be given")
     if text is not None:
@@ -62,14 +64,9 @@ def normalize_generate_input(
         rids = [uuid.uuid4().hex for _ in prompts]
     if len(rids) != len(prompts):
         raise ValueError("rid: give one id per prompt")
-    for sp in params:
-        constraint = next(
-            (n for n in ("json_schema", "regex", "ebnf") if getattr(sp, n) is not None), None
-        )
-        if constraint:
-            raise ValueError(
-                f"sampling_params.{constraint}: constrained decoding is not available yet"
-            )
+    if grammars is not None:
+        for sp in params:
+            grammars.compile(sp)  # a bad schema / regex / grammar is a ValueError naming it
     out_prompts, out_params, out_rids = [], [], []
     for prompt, sp, r in zip(prompts, params, rids):
         for i in range(sp.n):
@@ -99,7 +96,9 @@ class Engine:
         return_text_in_logprobs: bool = False,
         rid: str | list[str] | None = None,
     ) -> dict | list[dict]:
-        batch = normalize_generate_input(self.tokenizer, prompt, input_ids, sampling_params, rid)
+        batch = normalize_generate_input(
+            self.tokenizer, prompt, input_ids, sampling_params, rid, self.scheduler.grammars
+        )
         reqs = [
             Req(r, p, sp, return_logprob, logprob_start_len, top_logprobs_num)
             for p, sp, r in zip(batch.prompts, batch.params, batch.rids)

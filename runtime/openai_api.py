@@ -89,6 +89,30 @@ def sampling_params(req: _Common, max_tokens: int | None, default_max: int) -> S
         ) from e
 
 
+def response_format_schema(response_format: dict | None) -> str | None:
+    """The JSON schema (as text) that response_format asks for, None for plain text."""
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        raise BadRequest("response_format must be an object", "response_format")
+    kind = response_format.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json.dumps({"type": "object"})
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), (dict, bool)):
+            raise BadRequest(
+                "response_format.json_schema must be an object with a 'schema'", "response_format"
+            )
+        return json.dumps(spec.get("schema", {}))
+    raise BadRequest(
+        f"response_format type {kind!r} is not supported (text, json_object, json_schema)",
+        "response_format",
+    )
+
+
 def usage(results: list[GenerationResult]) -> dict:
     prompt = results[0].prompt_tokens if results else 0
     completion = sum(len(r.output_ids) for r in results)
@@ -309,17 +333,22 @@ class OpenAIServing:
             raise BadRequest(
                 "tools are not supported yet (structured decoding is not built)", "tools"
             )
-        fmt = (req.response_format or {}).get("type", "text")
-        if fmt != "text":
-            raise BadRequest(
-                f"response_format {fmt!r} is not supported yet; only 'text'", "response_format"
-            )
+        schema = response_format_schema(req.response_format)
         max_tokens = (
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         )
         prompt = self._chat_prompt(req)
         self.tm.check_prompt(prompt, "messages")
         params = sampling_params(req, max_tokens, max(self.tm.context_length - len(prompt) - 1, 1))
+        if schema is not None:
+            params.json_schema = schema
+            try:
+                self.tm.grammars.compile(params)
+            except ValueError as e:
+                raise BadRequest(
+                    str(e).replace("sampling_params.json_schema", "response_format"),
+                    "response_format",
+                ) from e
         if req.top_logprobs and not req.logprobs:
             raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
         kw = {

@@ -56,6 +56,7 @@ class Req:
         self.last_node = None  # prefix-cache handle of those slots
         self.admitted_before = False
         self.finished_reason: FinishReason | None = None
+        self.grammar = None  # a grammars.GrammarMatcher when the output is constrained
         self.generator = (
             torch.Generator().manual_seed(sampling_params.seed)
             if sampling_params.seed is not None

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.constrained import apply_grammar_masks
 from runtime.request import Req
 
 
@@ -58,15 +59,21 @@ def _filter_probs(
     return torch.zeros_like(probs).scatter_(-1, order, sorted_p)
 
 
-def sample(logits: torch.Tensor, reqs: list[Req], eos_ids: set[int]) -> SampleOutput:
-    """Pick one next token per row of `logits` ([B, V] float32) for the matching request."""
+def sample(
+    logits: torch.Tensor, reqs: list[Req], eos_ids: set[int], grammars: list | None = None
+) -> SampleOutput:
+    """Pick one next token per row of `logits` ([B, V] float32) for the matching request;
+    `grammars` holds a matcher (or None) per row whose mask limits that row's choice."""
     batch, vocab = logits.shape
     params = [r.sampling_params for r in reqs]
     want_logprob = [r.return_logprob for r in reqs]
     raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprob) else None
+    if grammars is not None and any(g is not None for g in grammars):
+        apply_grammar_masks(logits, grammars)
 
     for row, (req, sp) in enumerate(zip(reqs, params)):
-        if len(req.output_ids) < sp.min_new_tokens:
+        # a grammar decides itself when the text may end
+        if len(req.output_ids) < sp.min_new_tokens and req.grammar is None:
             banned = set(sp.stop_token_ids) | (set() if sp.ignore_eos else eos_ids)
             if banned:
                 logits[row, list(banned)] = float("-inf")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from runtime.attention import ForwardBatch
+from runtime.constrained import GrammarBackend
 from runtime.model_loader import load_tokenizer
 from runtime.model_runner import ModelRunner
 from runtime.prefix_cache import NoPrefixCache, PrefixCache
@@ -75,6 +76,7 @@ class Scheduler:
         if self.tokenizer.eos_token_id is not None:
             self.eos_ids.add(self.tokenizer.eos_token_id)
         self.context_length = self.runner.context_length
+        self.grammars = GrammarBackend(self.tokenizer, self.vocab_size)
         self.kv_pool = self.runner.kv_pool
         self.req_to_token_pool = self.runner.req_to_token_pool
         cache_cls = NoPrefixCache if args.disable_radix_cache else RadixCache
@@ -102,6 +104,12 @@ class Scheduler:
         if min(prompt) < 0 or max(prompt) >= self.vocab_size:
             raise RequestError(f"input_ids must lie in [0, {self.vocab_size})")
         req.sampling_params.validate(self.vocab_size)
+        try:
+            grammar = self.grammars.compile(req.sampling_params)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        if grammar is not None:
+            req.grammar = grammar.matcher()
         self.stats.prompt_tokens += len(prompt)
         self.waiting.append(req)
 
@@ -330,10 +338,15 @@ class Scheduler:
         sampling = [p for p in plan if p.sample_row is not None]
         if sampling:
             rows = torch.tensor([p.sample_row for p in sampling])
-            out = sample(logits[rows], [p.req for p in sampling], self.eos_ids)
+            reqs = [p.req for p in sampling]
+            out = sample(logits[rows], reqs, self.eos_ids, [r.grammar for r in reqs])
             for i, p in enumerate(sampling):
                 req = p.req
                 req.output_ids.append(out.next_ids[i])
+                if req.grammar is not None and not req.grammar.accept_token(out.next_ids[i]):
+                    req.finished_reason = FinishReason(
+                        "abort", message="the grammar refused the sampled token"
+                    )
                 if req.first_token_at is None:
                     req.first_token_at = now
                 if out.logprobs is not None and req.return_logprob:

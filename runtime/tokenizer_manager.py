@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import zmq
 import zmq.asyncio
 
+from runtime.constrained import GrammarBackend
 from runtime.engine import normalize_generate_input
 from runtime.messages import (
     AbortReq,
@@ -67,6 +68,7 @@ class TokenizerManager:
         context_length: int,
     ):
         self.tokenizer = load_tokenizer(model_folder)
+        self.grammars = GrammarBackend(self.tokenizer)  # validates constraints before queueing
         self.context_length = context_length
         ctx = zmq.asyncio.Context()
         self.send = ctx.socket(zmq.PUSH)
@@ -88,7 +90,9 @@ class TokenizerManager:
     # ---- requests ----------------------------------------------------------------------
     def prepare(self, text, input_ids, sampling_params, rid=None):
         """Tokenize and validate a /generate body; raises ValueError naming the bad field."""
-        return normalize_generate_input(self.tokenizer, text, input_ids, sampling_params, rid)
+        return normalize_generate_input(
+            self.tokenizer, text, input_ids, sampling_params, rid, self.grammars
+        )
 
     def submit(
         self,

@@ -12,8 +12,11 @@ from grammars import GrammarError
 
 PERSON = {
     "type": "object",
-    "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                   "email": {"type": "string", "format": "email"}},
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "email": {"type": "string", "format": "email"},
+    },
     "required": ["name", "age"],
     "additionalProperties": False,
 }
@@ -26,80 +29,218 @@ CASES = [
     ("boolean", {"type": "boolean"}, [True, False], [0, "true"]),
     ("enum", {"enum": ["red", "green", 3, None]}, ["red", "green", 3, None], ["blue", 4, "Red"]),
     ("const", {"const": {"a": [1, 2]}}, [{"a": [1, 2]}], [{"a": [1]}, {"a": [1, 2], "b": 1}]),
-    ("properties/required", PERSON,
-     [{"name": "Ann", "age": 30}, {"name": "Bob", "age": 1, "email": "b@x.org"}],
-     [{"name": "Ann"}, {"age": 3, "name": "x"}, {"name": "A", "age": 3, "zip": 1},
-      {"name": "A", "age": 3, "email": "not-an-email"}]),
-    ("optional skippable", {"type": "object", "properties": {
-        "a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
-        "additionalProperties": False},
-     [{}, {"a": 1}, {"b": 2}, {"a": 1, "c": 3}, {"a": 1, "b": 2, "c": 3}],
-     [{"c": 1, "a": 2}, {"d": 1}, {"a": "x"}]),
-    ("additionalProperties schema", {"type": "object", "properties": {"id": {"type": "integer"}},
-                                     "additionalProperties": {"type": "string"}},
-     [{"id": 1}, {"id": 1, "x": "y"}, {"x": "y", "z": "w"}], [{"id": 1, "x": 2}, {"id": "1"}]),
-    ("additionalProperties true", {"type": "object", "properties": {"id": {"type": "integer"}}},
-     [{"id": 1, "extra": {"deep": [1, {"x": None}]}}, {}], [{"id": "no"}]),
-    ("patternProperties", {"type": "object", "patternProperties": {"^x-": {"type": "integer"}},
-                           "additionalProperties": False},
-     [{"x-a": 1}, {"x-": 2, "x-b": 3}], [{"y": 1}, {"x-a": "1"}]),
-    ("items", {"type": "array", "items": {"type": "integer"}}, [[], [1], [1, 2, 3]],
-     [[1, "a"], ["a"], {}]),
-    ("prefixItems", {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}],
-                     "items": False}, [["a", 1], ["a"], []], [[1, "a"], ["a", 1, 2]]),
-    ("minItems/maxItems", {"type": "array", "items": {"type": "boolean"}, "minItems": 1,
-                           "maxItems": 2}, [[True], [True, False]], [[], [True, True, True]]),
-    ("minLength/maxLength", {"type": "string", "minLength": 2, "maxLength": 3},
-     ["ab", "abc", "é\u00e9", "\n\t"], ["a", "abcd", ""]),
-    ("pattern", {"type": "string", "pattern": "^[A-Z]{2}-[0-9]+$"}, ["AB-1", "XY-0042"],
-     ["ab-1", "AB-", "AB-1x"]),
-    ("pattern unanchored", {"type": "string", "pattern": "cat"}, ["cat", "concatenate"],
-     ["dog"]),
-    ("format date-time", {"type": "string", "format": "date-time"},
-     ["2024-01-31T12:30:00Z", "2024-02-01T00:00:00.5+01:00"], ["2024-13-01T00:00:00Z", "now"]),
+    (
+        "properties/required",
+        PERSON,
+        [{"name": "Ann", "age": 30}, {"name": "Bob", "age": 1, "email": "b@x.org"}],
+        [
+            {"name": "Ann"},
+            {"age": 3, "name": "x"},
+            {"name": "A", "age": 3, "zip": 1},
+            {"name": "A", "age": 3, "email": "not-an-email"},
+        ],
+    ),
+    (
+        "optional skippable",
+        {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer"},
+                "b": {"type": "integer"},
+                "c": {"type": "integer"},
+            },
+            "additionalProperties": False,
+        },
+        [{}, {"a": 1}, {"b": 2}, {"a": 1, "c": 3}, {"a": 1, "b": 2, "c": 3}],
+        [{"c": 1, "a": 2}, {"d": 1}, {"a": "x"}],
+    ),
+    (
+        "additionalProperties schema",
+        {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}},
+            "additionalProperties": {"type": "string"},
+        },
+        [{"id": 1}, {"id": 1, "x": "y"}, {"x": "y", "z": "w"}],
+        [{"id": 1, "x": 2}, {"id": "1"}],
+    ),
+    (
+        "additionalProperties true",
+        {"type": "object", "properties": {"id": {"type": "integer"}}},
+        [{"id": 1, "extra": {"deep": [1, {"x": None}]}}, {}],
+        [{"id": "no"}],
+    ),
+    (
+        "patternProperties",
+        {
+            "type": "object",
+            "patternProperties": {"^x-": {"type": "integer"}},
+            "additionalProperties": False,
+        },
+        [{"x-a": 1}, {"x-": 2, "x-b": 3}],
+        [{"y": 1}, {"x-a": "1"}],
+    ),
+    (
+        "items",
+        {"type": "array", "items": {"type": "integer"}},
+        [[], [1], [1, 2, 3]],
+        [[1, "a"], ["a"], {}],
+    ),
+    (
+        "prefixItems",
+        {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
+        [["a", 1], ["a"], []],
+        [[1, "a"], ["a", 1, 2]],
+    ),
+    (
+        "minItems/maxItems",
+        {"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 2},
+        [[True], [True, False]],
+        [[], [True, True, True]],
+    ),
+    (
+        "minLength/maxLength",
+        {"type": "string", "minLength": 2, "maxLength": 3},
+        ["ab", "abc", "é\u00e9", "\n\t"],
+        ["a", "abcd", ""],
+    ),
+    (
+        "pattern",
+        {"type": "string", "pattern": "^[A-Z]{2}-[0-9]+$"},
+        ["AB-1", "XY-0042"],
+        ["ab-1", "AB-", "AB-1x"],
+    ),
+    ("pattern unanchored", {"type": "string", "pattern": "cat"}, ["cat", "concatenate"], ["dog"]),
+    (
+        "format date-time",
+        {"type": "string", "format": "date-time"},
+        ["2024-01-31T12:30:00Z", "2024-02-01T00:00:00.5+01:00"],
+        ["2024-13-01T00:00:00Z", "now"],
+    ),
     ("format date", {"type": "string", "format": "date"}, ["1999-12-31"], ["1999-12-32", "99"]),
     ("format time", {"type": "string", "format": "time"}, ["23:59:59Z"], ["24:00:00Z"]),
-    ("format uuid", {"type": "string", "format": "uuid"},
-     ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567"]),
-    ("format uri", {"type": "string", "format": "uri"}, ["https://example.com/a?b=c"],
-     ["no scheme"]),
+    (
+        "format uuid",
+        {"type": "string", "format": "uuid"},
+        ["123e4567-e89b-12d3-a456-426614174000"],
+        ["123e4567"],
+    ),
+    (
+        "format uri",
+        {"type": "string", "format": "uri"},
+        ["https://example.com/a?b=c"],
+        ["no scheme"],
+    ),
     ("format ipv4", {"type": "string", "format": "ipv4"}, ["192.168.0.1"], ["256.1.1.1"]),
-    ("format ipv6", {"type": "string", "format": "ipv6"}, ["::1", "2001:db8::8a2e:370:7334"],
-     ["12345::"]),
+    (
+        "format ipv6",
+        {"type": "string", "format": "ipv6"},
+        ["::1", "2001:db8::8a2e:370:7334"],
+        ["12345::"],
+    ),
     ("format hostname", {"type": "string", "format": "hostname"}, ["example.com"], ["-bad"]),
-    ("minimum/maximum", {"type": "integer", "minimum": -3, "maximum": 120},
-     [-3, 0, 7, 99, 120], [-4, 121, 1000]),
-    ("exclusive bounds", {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10},
-     [1, 9], [0, 10]),
-    ("number bounds", {"type": "number", "minimum": 0, "maximum": 1}, [0, 0.5, 1, 1.0],
-     [-0.1, 1.01, 2]),
+    (
+        "minimum/maximum",
+        {"type": "integer", "minimum": -3, "maximum": 120},
+        [-3, 0, 7, 99, 120],
+        [-4, 121, 1000],
+    ),
+    (
+        "exclusive bounds",
+        {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10},
+        [1, 9],
+        [0, 10],
+    ),
+    (
+        "number bounds",
+        {"type": "number", "minimum": 0, "maximum": 1},
+        [0, 0.5, 1, 1.0],
+        [-0.1, 1.01, 2],
+    ),
     ("multipleOf", {"type": "integer", "multipleOf": 7}, [0, 14, -21, 700], [1, 15]),
-    ("anyOf", {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]}, [1, "a"],
-     ["ab", None]),
+    (
+        "anyOf",
+        {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]},
+        [1, "a"],
+        ["ab", None],
+    ),
     ("oneOf disjoint", {"oneOf": [{"type": "integer"}, {"type": "boolean"}]}, [1, True], ["x"]),
-    ("oneOf discriminator", {"oneOf": [
-        {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
-         "required": ["kind"]},
-        {"type": "object", "properties": {"kind": {"const": "b"}, "y": {"type": "string"}},
-         "required": ["kind"]}]},
-     [{"kind": "a", "x": 1}, {"kind": "b", "y": "s"}, {"kind": "a", "z": [1]}],
-     [{"kind": "c"}, {"kind": "a", "x": "s"}]),
-    ("allOf", {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
-                          "required": ["a"]},
-                         {"properties": {"b": {"type": "string"}}, "required": ["b"]}]},
-     [{"a": 1, "b": "x"}], [{"a": 1}, {"b": "x"}]),
-    ("$ref/$defs", {"$defs": {"pos": {"type": "integer", "minimum": 1}},
-                    "type": "array", "items": {"$ref": "#/$defs/pos"}}, [[1, 2]], [[0]]),
-    ("definitions", {"definitions": {"s": {"type": "string"}},
-                     "properties": {"a": {"$ref": "#/definitions/s"}}, "type": "object",
-                     "additionalProperties": False}, [{"a": "x"}], [{"a": 1}]),
-    ("recursive $ref", {"$defs": {"node": {"type": "object", "properties": {
-        "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
-        "required": ["v"], "additionalProperties": False}}, "$ref": "#/$defs/node"},
-     [{"v": 1}, {"v": 1, "kids": [{"v": 2, "kids": [{"v": 3}]}, {"v": 4}]}],
-     [{"v": 1, "kids": [{"x": 2}]}, {"kids": []}]),
-    ("string escapes", {"type": "string"},
-     ['quote " back \\ slash / nl \n tab \t', "\u0001", "日本語", "emoji 😀"], [1]),
+    (
+        "oneOf discriminator",
+        {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
+                    "required": ["kind"],
+                },
+                {
+                    "type": "object",
+                    "properties": {"kind": {"const": "b"}, "y": {"type": "string"}},
+                    "required": ["kind"],
+                },
+            ]
+        },
+        [{"kind": "a", "x": 1}, {"kind": "b", "y": "s"}, {"kind": "a", "z": [1]}],
+        [{"kind": "c"}, {"kind": "a", "x": "s"}],
+    ),
+    (
+        "allOf",
+        {
+            "allOf": [
+                {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                {"properties": {"b": {"type": "string"}}, "required": ["b"]},
+            ]
+        },
+        [{"a": 1, "b": "x"}],
+        [{"a": 1}, {"b": "x"}],
+    ),
+    (
+        "$ref/$defs",
+        {
+            "$defs": {"pos": {"type": "integer", "minimum": 1}},
+            "type": "array",
+            "items": {"$ref": "#/$defs/pos"},
+        },
+        [[1, 2]],
+        [[0]],
+    ),
+    (
+        "definitions",
+        {
+            "definitions": {"s": {"type": "string"}},
+            "properties": {"a": {"$ref": "#/definitions/s"}},
+            "type": "object",
+            "additionalProperties": False,
+        },
+        [{"a": "x"}],
+        [{"a": 1}],
+    ),
+    (
+        "recursive $ref",
+        {
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {
+                        "v": {"type": "integer"},
+                        "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                    },
+                    "required": ["v"],
+                    "additionalProperties": False,
+                }
+            },
+            "$ref": "#/$defs/node",
+        },
+        [{"v": 1}, {"v": 1, "kids": [{"v": 2, "kids": [{"v": 3}]}, {"v": 4}]}],
+        [{"v": 1, "kids": [{"x": 2}]}, {"kids": []}],
+    ),
+    (
+        "string escapes",
+        {"type": "string"},
+        ['quote " back \\ slash / nl \n tab \t', "\u0001", "日本語", "emoji 😀"],
+        [1],
+    ),
     ("empty schema", {}, [None, 1, "x", [1, {"a": []}], {"k": {"k": True}}], []),
 ]
 
@@ -127,20 +268,24 @@ def test_whitespace_is_json_standard_and_compact_mode_is_exact(compiler, checker
 def test_strict_mode_forbids_unnamed_properties(compiler, checker):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     assert checker.accepts(compiler.compile_json_schema(schema), {"a": 1, "b": 2})
-    assert not checker.accepts(compiler.compile_json_schema(schema, strict_mode=True),
-                               {"a": 1, "b": 2})
+    assert not checker.accepts(
+        compiler.compile_json_schema(schema, strict_mode=True), {"a": 1, "b": 2}
+    )
 
 
-@pytest.mark.parametrize("schema,keyword", [
-    ({"type": "object", "not": {"required": ["x"]}}, "not"),
-    ({"type": "array", "uniqueItems": True}, "uniqueItems"),
-    ({"type": "object", "if": {}, "then": {}}, "if"),
-    ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames"),
-    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf"),
-    ({"type": "string", "pattern": "(a)\\1"}, "pattern"),
-    ({"$ref": "http://example.com/schema"}, "$ref"),
-    ({"type": "wat"}, "type"),
-])
+@pytest.mark.parametrize(
+    "schema,keyword",
+    [
+        ({"type": "object", "not": {"required": ["x"]}}, "not"),
+        ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+        ({"type": "object", "if": {}, "then": {}}, "if"),
+        ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames"),
+        ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf"),
+        ({"type": "string", "pattern": "(a)\\1"}, "pattern"),
+        ({"$ref": "http://example.com/schema"}, "$ref"),
+        ({"type": "wat"}, "type"),
+    ],
+)
 def test_unsupported_keywords_raise_naming_them(compiler, schema, keyword):
     with pytest.raises(GrammarError, match=re.escape(keyword)):
         compiler.compile_json_schema(schema)
@@ -154,7 +299,7 @@ def test_impossible_schema_raises(compiler):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(-10**6, 10**6), st.integers(-1000, 1000), st.integers(0, 2000))
+@given(st.integers(-(10**6), 10**6), st.integers(-1000, 1000), st.integers(0, 2000))
 def test_integer_ranges_agree_with_arithmetic(compiler, lo, offset, width):
     lo = lo // 1000 + offset
     hi = lo + width
@@ -174,9 +319,12 @@ def test_any_string_round_trips(compiler, checker, text):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.fixed_dictionaries(
-    {"name": st.text(max_size=8), "age": st.integers(-10**9, 10**9)},
-    optional={"email": st.from_regex(r"[a-z]{1,5}@[a-z]{1,5}\.(com|org)", fullmatch=True)}))
+@given(
+    st.fixed_dictionaries(
+        {"name": st.text(max_size=8), "age": st.integers(-(10**9), 10**9)},
+        optional={"email": st.from_regex(r"[a-z]{1,5}@[a-z]{1,5}\.(com|org)", fullmatch=True)},
+    )
+)
 def test_generated_documents_are_accepted(compiler, checker, doc):
     ordered = {k: doc[k] for k in ("name", "age", "email") if k in doc}
     assert checker.accepts(compiler.compile_json_schema(PERSON), ordered, check_masks=False)

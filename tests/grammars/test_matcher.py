@@ -34,17 +34,29 @@ def _states(grammar, tok, text):
     return out
 
 
-@pytest.mark.parametrize("kind,spec,text", [
-    ("json", {"type": "object", "properties": {"name": {"type": "string"},
-                                                "tags": {"type": "array", "items": {}}}},
-     '{"name": "Zoë \\"x\\"", "tags": [1, {"a": null}, "s"]}'),
-    ("regex", r"[a-z]+@[a-z]+\.(com|org) \d{2,4}", "bob@example.org 123"),
-    ("ebnf", CALC, "(12 + 3) * -4.5"),
-])
-def test_masks_agree_with_accept_token_on_every_token(compiler, smollm2_tokenizer, kind, spec,
-                                                      text):
-    grammar = {"json": compiler.compile_json_schema, "regex": compiler.compile_regex,
-               "ebnf": compiler.compile_ebnf}[kind](spec)
+@pytest.mark.parametrize(
+    "kind,spec,text",
+    [
+        (
+            "json",
+            {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {}}},
+            },
+            '{"name": "Zoë \\"x\\"", "tags": [1, {"a": null}, "s"]}',
+        ),
+        ("regex", r"[a-z]+@[a-z]+\.(com|org) \d{2,4}", "bob@example.org 123"),
+        ("ebnf", CALC, "(12 + 3) * -4.5"),
+    ],
+)
+def test_masks_agree_with_accept_token_on_every_token(
+    compiler, smollm2_tokenizer, kind, spec, text
+):
+    grammar = {
+        "json": compiler.compile_json_schema,
+        "regex": compiler.compile_regex,
+        "ebnf": compiler.compile_ebnf,
+    }[kind](spec)
     states = _states(grammar, smollm2_tokenizer, text)
     rng = random.Random(0)
     vocab = compiler.vocab
@@ -59,8 +71,12 @@ def test_masks_agree_with_accept_token_on_every_token(compiler, smollm2_tokenize
 
 
 def test_jump_forward_strings(compiler):
-    schema = {"type": "object", "properties": {"name": {"type": "string"}},
-              "required": ["name"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}},
+        "required": ["name"],
+        "additionalProperties": False,
+    }
     m = compiler.compile_json_schema(schema, any_whitespace=False).matcher()
     assert m.find_jump_forward_string() == '{"name": "'
     m = compiler.compile_json_schema(schema, any_whitespace=False).matcher()
@@ -142,8 +158,10 @@ def test_partial_utf8_tokens(compiler, smollm2_tokenizer):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from([r"[a-c]{2,4}x?", r"(ab|a)*c", r"\d{3}-\d{4}", r"[^x]{0,3}y", r"(?i)hi+"]),
-       st.text(alphabet="abcxyhiHI0123456789-é", max_size=8))
+@given(
+    st.sampled_from([r"[a-c]{2,4}x?", r"(ab|a)*c", r"\d{3}-\d{4}", r"[^x]{0,3}y", r"(?i)hi+"]),
+    st.text(alphabet="abcxyhiHI0123456789-é", max_size=8),
+)
 def test_regex_agrees_with_python(compiler, pattern, text):
     m = compiler.compile_regex(pattern).matcher()
     ours = m.accept_string(text) and m.is_completed()

@@ -1,6 +1,5 @@
 """Token bytes for byte-level BPE (SmolLM2) and SentencePiece byte-fallback vocabularies."""
 
-
 from grammars.tokenizer_info import TokenizerInfo, byte_level_alphabet
 
 

@@ -220,8 +220,11 @@ def test_max_new_tokens_zero_only_prefills(engine):
         ({"stop_token_ids": [10**9]}, "stop_token_ids"),
         ({"bogus": 1}, "bogus"),
         ({"temperature": "hot"}, "temperature"),
-        ({"json_schema": "{}"}, "json_schema"),
-        ({"regex": "a+"}, "regex"),
+        ({"json_schema": '{"type": "array", "uniqueItems": true}'}, "json_schema"),
+        ({"json_schema": "{not json"}, "json_schema"),
+        ({"regex": "(a"}, "regex"),
+        ({"ebnf": "start: missing"}, "ebnf"),
+        ({"regex": "a", "ebnf": "start: 'a'"}, "only one"),
     ],
 )
 def test_invalid_sampling_values_name_the_field(engine, params, field):
@@ -245,3 +248,36 @@ def test_kv_pool_is_whole_after_work(engine):
     engine.generate(PROMPTS, {"max_new_tokens": 8})
     stats = engine.get_stats()
     assert stats["kv_free"] + stats["tree_tokens"] == stats["kv_pool_size"]
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def test_constrained_decoding_json_regex_ebnf_choices(engine):
+    import json
+
+    prompt = "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n"
+    outs = engine.generate(
+        [prompt] * 3,
+        {"max_new_tokens": 60, "temperature": 0.8, "seed": 3, "json_schema": json.dumps(PERSON)},
+    )
+    for out in outs:
+        doc = json.loads(out["text"])  # complete and valid, ended by EOS
+        assert set(doc) == {"name", "age"} and 0 <= doc["age"] <= 120
+        assert out["meta_info"]["finish_reason"]["type"] == "stop"
+    out = engine.generate("Is the sky blue? Answer:", {"max_new_tokens": 8, "regex": " (yes|no)"})
+    assert out["text"] in (" yes", " no")
+    grammar = 'start: NUMBER " + " NUMBER\n%import common.NUMBER'
+    out = engine.generate("Write a sum:", {"max_new_tokens": 16, "ebnf": grammar})
+    import re
+
+    assert re.fullmatch(r"\d+(\.\d+)? \+ \d+(\.\d+)?", out["text"]), out["text"]
+    assert not engine.scheduler.has_work()

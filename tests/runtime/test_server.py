@@ -62,6 +62,47 @@ def test_chat_completion_and_cached_tokens(client):
     assert again.usage.prompt_tokens_details.cached_tokens > 10
 
 
+def test_chat_response_format_json_schema_and_json_object(server, client):
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 30},
+            "country": {"enum": ["France", "Germany", "Spain"]},
+        },
+        "required": ["city", "country"],
+        "additionalProperties": False,
+    }
+    out = client.chat.completions.create(
+        model="smollm2",
+        messages=CHAT,
+        max_tokens=40,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+    )
+    doc = json.loads(out.choices[0].message.content)
+    assert (
+        set(doc) == {"city", "country"}
+        and doc["country"] in schema["properties"]["country"]["enum"]
+    )
+    ask = [{"role": "user", "content": 'Reply with JSON like {"capital": "..."} for France.'}]
+    out = client.chat.completions.create(
+        model="smollm2",
+        messages=ask,
+        max_tokens=120,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
+    text = out.choices[0].message.content
+    assert text.lstrip().startswith("{")
+    if out.choices[0].finish_reason == "stop":  # a small model may ramble past max_tokens
+        assert isinstance(json.loads(text), dict)
+    r = httpx.post(
+        f"{server.url}/generate",
+        json={"text": "Count: ", "sampling_params": {"max_new_tokens": 12, "regex": "[0-9]{3}"}},
+    )
+    assert r.status_code == 200 and len(r.json()["text"]) == 3 and r.json()["text"].isdigit()
+
+
 def test_chat_streaming_matches_and_reports_usage(client):
     full = client.chat.completions.create(
         model="smollm2", messages=CHAT, max_tokens=20, temperature=0
@@ -262,7 +303,8 @@ BAD = [
     ("/generate", {"text": ""}, "empty"),
     ("/generate", {"input_ids": [5] * 9000}, "context"),
     ("/generate", {"input_ids": [1, 99999999]}, "input_ids"),
-    ("/generate", {"text": "hi", "sampling_params": {"regex": "[0-9]+"}}, "regex"),
+    ("/generate", {"text": "hi", "sampling_params": {"regex": "[0-9"}}, "regex"),
+    ("/generate", {"text": "hi", "sampling_params": {"json_schema": '{"not": {}}'}}, "json_schema"),
     ("/v1/completions", {"model": "nope", "prompt": "hi"}, "model"),
     ("/v1/completions", {"model": "smollm2", "prompt": ""}, "prompt"),
     ("/v1/completions", {"model": "smollm2", "prompt": "hi", "temperature": "hot"}, "temperature"),
@@ -274,7 +316,19 @@ BAD = [
     ),
     (
         "/v1/chat/completions",
-        {"model": "smollm2", "messages": CHAT, "response_format": {"type": "json_object"}},
+        {"model": "smollm2", "messages": CHAT, "response_format": {"type": "xml"}},
+        "response_format",
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "model": "smollm2",
+            "messages": CHAT,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}},
+            },
+        },
         "response_format",
     ),
     (
