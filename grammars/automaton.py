@@ -98,6 +98,7 @@ class NFA:
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[int, int]]] = []
         self.nts: list[list[tuple[str, int]]] = []
+        self._closures: dict[int, frozenset[int]] = {}  # valid once the NFA stops changing
 
     def new(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
@@ -180,15 +181,29 @@ class NFA:
         self.eps[p1].append(e)
 
     def closure(self, states) -> frozenset[int]:
-        seen = set(states)
-        todo = list(states)
-        eps = self.eps
-        while todo:
-            for t in eps[todo.pop()]:
-                if t not in seen:
-                    seen.add(t)
-                    todo.append(t)
-        return frozenset(seen)
+        """States reachable through empty moves (per-state closures are memoised)."""
+        states = list(states)
+        if len(states) == 1:
+            return self._single_closure(states[0])
+        out: set[int] = set()
+        for s in states:
+            out |= self._single_closure(s)
+        return frozenset(out)
+
+    def _single_closure(self, s: int) -> frozenset[int]:
+        memo = self._closures
+        hit = memo.get(s)
+        if hit is None:
+            seen = {s}
+            todo = [s]
+            eps = self.eps
+            while todo:
+                for t in eps[todo.pop()]:
+                    if t not in seen:
+                        seen.add(t)
+                        todo.append(t)
+            hit = memo[s] = frozenset(seen)
+        return hit
 
 
 def byte_classes(edges) -> list[tuple[int, list[int]]]:

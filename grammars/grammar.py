@@ -19,15 +19,17 @@ from bisect import bisect_left
 
 import numpy as np
 
+from grammars import fastwalk
 from grammars.automaton import NFA, byte_classes, mask_bytes
 from grammars.errors import GrammarError
 from grammars.vocabulary import Vocabulary
 
 _BYTES = [bytes((b,)) for b in range(256)]
 _DFS_MAX_LIVE_BYTES = 8
-_DFS_BUDGET = 3000
+_DFS_BUDGET = 60
 _MAX_STACK_DEPTH = 2000
 _MAX_JUMP = 4096
+_SCALAR_TAIL = 24  # tokens left in a vectorised walk below which plain Python is faster
 
 
 class Machine:
@@ -113,6 +115,7 @@ class Machine:
             nfa.nts[s] = [
                 (nm, t) for nm, t in nfa.nts[s] if t in live and self.rule_index[nm] in productive
             ]
+        nfa._closures.clear()
 
     def _check_left_recursion(self, starts, finals) -> None:
         nfa = self.nfa
@@ -420,8 +423,11 @@ class CompiledGrammar:
         if crossable and can_pop and m.accept[g]:
             first[:] = True
         if loop:
-            inside, layout = vocab.loop_split(loop)
+            inside, layout, _ = vocab.loop_split(loop)
             layout, sel = vocab.subset_by_first_byte(first, layout)
+        elif not crossable and not m.has_pushes:
+            hit = self._walks[key] = self._walk_after_first_byte(g, row)
+            return hit
         else:
             inside = None
             layout, sel = vocab.subset_by_first_byte(first)
@@ -429,9 +435,53 @@ class CompiledGrammar:
         hit = self._walks[key] = (inside, alive, candidates)
         return hit
 
+    def _walk_after_first_byte(self, g: int, row: list[int]):
+        """For a state without a self-loop: group tokens by the state their first byte leads
+        to; where that state loops, tokens whose tail stays in the loop are in at once and only
+        the others are walked (from where they leave the loop)."""
+        m, vocab = self.machine, self.vocab
+        inside = np.zeros(vocab.size, bool)
+        alive_parts, cand_parts = [], []
+        by_first: dict[int, list[int]] = {}
+        for b in m.live[g]:
+            by_first.setdefault(row[b], []).append(b)
+        single = vocab.walk_lengths == 1
+        for t, bytes_in in by_first.items():
+            t_row = m.rows[t] or m.materialize(t)
+            firsts = np.zeros(256, bool)
+            firsts[bytes_in] = True
+            loop = 0
+            if not m.nt_edges[t]:
+                for b in m.live[t]:
+                    if t_row[b] == t:
+                        loop |= 1 << b
+            if loop:
+                tail_inside, layout, lead = vocab.loop_split(loop, skip_first=True)
+                group = np.zeros(vocab.size, bool)
+                group[vocab.walk_ids[firsts[vocab.first_byte]]] = True
+                inside |= tail_inside & group
+                sel = np.nonzero(firsts[lead])[0]
+                nxt_first = np.asarray(t_row, np.int32) != 0
+                sel = sel[nxt_first[layout[1][0][sel]]] if len(sel) else sel
+                alive, cand = self._column_walk(t, False, layout, sel)
+            else:
+                ids, cols, lengths = vocab.tail_layout
+                lead = vocab.first_of_id[ids]
+                sel = np.nonzero(firsts[lead])[0]
+                alive, cand = self._column_walk(t, False, vocab.tail_layout, sel)
+                ones = vocab.walk_ids[single & firsts[vocab.first_byte]]
+                alive = np.concatenate([alive, ones])
+            alive_parts.append(alive)
+            cand_parts.append(cand)
+        alive = np.concatenate(alive_parts) if alive_parts else np.zeros(0, np.int64)
+        cand = np.concatenate(cand_parts) if cand_parts else np.zeros(0, np.int64)
+        return inside, alive, cand
+
     def _column_walk(self, g, can_pop, layout, act):
         """Run the selected rows of a token layout (sorted by decreasing length) from state g,
         dropping each token as soon as it dies or ends."""
+        if fastwalk.AVAILABLE:
+            return fastwalk.walk(self.machine, g, can_pop, layout, act)
         m = self.machine
         ids, cols, lengths = layout
         final = np.zeros(len(ids), np.int32)
@@ -450,6 +500,11 @@ class CompiledGrammar:
             if not done.all():
                 for x in np.unique(s[~done]).tolist():
                     m.materialize(x)
+            if k <= _SCALAR_TAIL:  # few left: finish them one by one
+                self._finish_scalar(act, s, i, cols, lengths, final, viable, can_pop, track)
+                act = act[:0]
+                s = s[:0]
+                break
             flat = s * 256 + cols[i].take(act)
             if track:
                 v = m.viable.reshape(-1).take(flat)
@@ -463,6 +518,20 @@ class CompiledGrammar:
         final[act] = s
         alive = final != 0
         return ids[alive], ids[~alive & viable]
+
+    def _finish_scalar(self, act, s, start, cols, lengths, final, viable, can_pop, track):
+        m = self.machine
+        for row_index, state in zip(act.tolist(), s.tolist()):
+            column = cols[:, row_index]
+            for i in range(start, int(lengths[row_index])):
+                b = int(column[i])
+                if track and (m.viable[state, b] or (can_pop and m.accept[state])):
+                    viable[row_index] = True
+                row = m.rows[state] or m.materialize(state)
+                state = row[b]
+                if not state:
+                    break
+            final[row_index] = state
 
     def jump_forward_bytes(self, ss: int) -> bytes:
         out = bytearray()

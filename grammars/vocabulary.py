@@ -35,7 +35,17 @@ class Vocabulary:
         self.sorted_ids = ordered
         self.walk_lengths = lengths
         self.layout = (self.walk_ids, np.ascontiguousarray(self.walk_bytes.T), lengths)
-        self._loops: dict[int, tuple] = {}
+        self._loops: dict[tuple[int, bool], tuple] = {}
+        # tails: every token of two bytes or more without its first byte
+        multi = lengths > 1
+        self.first_byte = self.walk_bytes[:, 0]
+        self.first_of_id = np.zeros(self.size, np.int16) - 1
+        self.first_of_id[self.walk_ids] = self.first_byte
+        self.tail_layout = (
+            self.walk_ids[multi],
+            np.ascontiguousarray(self.walk_bytes[multi, 1:].T),
+            lengths[multi] - 1,
+        )
         eos = np.zeros(self.size, bool)
         eos[self.eos_ids] = True
         self.eos_only = self.pack(eos)
@@ -60,16 +70,20 @@ class Vocabulary:
         sel = np.nonzero(first[cols[0]])[0] if cols.shape[1] else np.zeros(0, np.int64)
         return layout, sel
 
-    def loop_split(self, loop_mask: int):
+    def loop_split(self, loop_mask: int, skip_first: bool = False):
         """For a state that loops on the bytes of `loop_mask`: the tokens made only of those
         bytes (a boolean array over the vocabulary), and the layout of the others as suffixes
-        starting at their first byte outside the loop. Cached per mask."""
-        hit = self._loops.get(loop_mask)
+        starting at their first byte outside the loop. With skip_first, the same for the tokens'
+        tails (their bytes after the first; single-byte tokens count as inside). Cached."""
+        key = (loop_mask, skip_first)
+        hit = self._loops.get(key)
         if hit is not None:
             return hit
         in_loop = np.array([loop_mask >> b & 1 for b in range(256)], bool)
+        offset = 1 if skip_first else 0
         width = self.walk_bytes.shape[1]
-        valid = np.arange(width)[None, :] < self.walk_lengths[:, None]
+        pos = np.arange(width)[None, :]
+        valid = (pos < self.walk_lengths[:, None]) & (pos >= offset)
         outside = valid & ~in_loop[self.walk_bytes]
         leaves = outside.any(axis=1)
         inside = np.zeros(self.size, bool)
@@ -83,5 +97,5 @@ class Vocabulary:
         cols = np.minimum(start[:, None] + np.arange(w)[None, :], width - 1)
         mat = self.walk_bytes[rows[:, None], cols]
         layout = (self.walk_ids[rows], np.ascontiguousarray(mat.T), suffix_len)
-        hit = self._loops[loop_mask] = (inside, layout)
+        hit = self._loops[key] = (inside, layout, self.walk_bytes[rows, 0])
         return hit
