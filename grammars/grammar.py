@@ -29,6 +29,7 @@ _DFS_MAX_LIVE_BYTES = 8
 _DFS_BUDGET = 60
 _MAX_STACK_DEPTH = 2000
 _MAX_JUMP = 4096
+_MAX_CACHED_MASKS = 20_000
 _SCALAR_TAIL = 24  # tokens left in a vectorised walk below which plain Python is faster
 
 
@@ -346,6 +347,9 @@ class CompiledGrammar:
     def mask(self, ss: int) -> np.ndarray:
         words = self._masks.get(ss)
         if words is None:
+            if len(self._masks) >= _MAX_CACHED_MASKS:  # bound memory on long-lived grammars
+                self._masks.clear()
+                self._walks.clear()
             words = self._masks[ss] = self._compute_mask(ss)
         return words
 

@@ -16,6 +16,35 @@ def smollm2_tokenizer():
 
 
 @pytest.fixture(scope="session")
+def sentencepiece_tokenizer():
+    """A tiny SentencePiece-style vocabulary with byte fallback: (tokenizer, vocab)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "\u2581": 3, "\u2581a": 4, "b": 5, "a": 6}
+    for byte in range(256):
+        vocab[f"<0x{byte:02X}>"] = len(vocab)
+    tok = Tokenizer(
+        models.BPE(vocab=vocab, merges=[("\u2581", "a")], unk_token="<unk>", byte_fallback=True)
+    )
+    tok.normalizer = normalizers.Sequence(
+        [normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]
+    )
+    tok.decoder = decoders.Sequence(
+        [
+            decoders.Replace("\u2581", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    return hf, vocab
+
+
+@pytest.fixture(scope="session")
 def compiler(smollm2_tokenizer):
     return GrammarCompiler(smollm2_tokenizer)
 

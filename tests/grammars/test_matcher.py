@@ -213,3 +213,19 @@ def test_compiled_grammars_are_cached_and_shared(compiler):
     assert a is b
     m1, m2 = a.matcher(), a.matcher()
     assert m1.accept_string("12") and m2.state == a.initial
+
+
+def test_sentencepiece_byte_fallback_vocabulary(sentencepiece_tokenizer):
+    from grammars import GrammarCompiler
+
+    hf, vocab = sentencepiece_tokenizer
+    gc = GrammarCompiler(hf)
+    g = gc.compile_regex(" (a|b)+ é")
+    m = g.matcher()
+    for tid in hf.encode("ab é", add_special_tokens=False):  # "▁a", "b", "▁", <0xC3>, <0xA9>
+        assert m.next_token_mask()[tid] and m.accept_token(tid)
+    assert m.is_completed() and m.accept_token(2)
+    m = g.matcher()
+    assert m.accept_string(" a ")
+    allowed = np.nonzero(m.next_token_mask())[0].tolist()
+    assert allowed == [vocab["<0xC3>"]]  # only the first byte of é can follow

@@ -36,30 +36,8 @@ def test_padded_vocabulary_rows_are_special(smollm2_tokenizer):
     assert info.vocab_size == 49160 and {49152, 49159} <= info.special_ids
 
 
-def test_sentencepiece_byte_fallback():
-    from tokenizers import Tokenizer, decoders, models, normalizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "\u2581": 3, "\u2581a": 4, "b": 5, "a": 6}
-    for byte in range(256):
-        vocab[f"<0x{byte:02X}>"] = len(vocab)
-    tok = Tokenizer(
-        models.BPE(vocab=vocab, merges=[("\u2581", "a")], unk_token="<unk>", byte_fallback=True)
-    )
-    tok.normalizer = normalizers.Sequence(
-        [normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]
-    )
-    tok.decoder = decoders.Sequence(
-        [
-            decoders.Replace("\u2581", " "),
-            decoders.ByteFallback(),
-            decoders.Fuse(),
-            decoders.Strip(" ", 1, 0),
-        ]
-    )
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
-    )
+def test_sentencepiece_byte_fallback(sentencepiece_tokenizer):
+    hf, vocab = sentencepiece_tokenizer
     info = TokenizerInfo.from_huggingface(hf)
     assert info.kind == "sentencepiece"
     assert info.token_bytes[vocab["\u2581a"]] == b" a"
