@@ -61,6 +61,8 @@ class Radixgen:
             m.fill_next_token_bitmask(bm)
             ok = m.accept_token(t)
             times.append(time.perf_counter() - s)
+            if ok != bool(bm[t >> 5] >> (t & 31) & 1):
+                raise AssertionError(f"mask and accept_token disagree on token {t}")
             if not ok:
                 return False
         return m.accept_token(self.eos)
@@ -223,7 +225,7 @@ def run_engine(engine, tok, files):
         except (GrammarError, Timeout):
             stats["compile_error"] += 1
             continue
-        except Exception:  # noqa: BLE001 - a crash counts as a compile error
+        except Exception:  # noqa: BLE001 - a crash in another engine counts as a compile error
             stats["compile_error"] += 1
             continue
         finally:

@@ -36,7 +36,7 @@ if AVAILABLE:
                     s = -1
                     break
                 b = cols[i, r]
-                if track and (viable[s, b] or (can_pop and accept[s])):
+                if track and i > 0 and (viable[s, b] or (can_pop and accept[s])):
                     v = True
                 s = table[s, b]
                 if s == 0:

@@ -362,7 +362,9 @@ class CompiledGrammar:
         if ids is not None:
             allowed[ids] = True
         else:
-            for sid in self._sets[ss]:
+            # every stack reachable without reading (pushed rules, popped frames) walks its own
+            # frame; walks then only need to look for pushes and pops after the first byte
+            for sid in self.closure(ss)[0]:
                 g, parent = self._stacks[sid]
                 inside, alive, candidates = self._walk_frame(g, parent >= 0)
                 if inside is not None:
@@ -408,8 +410,9 @@ class CompiledGrammar:
     def _walk_frame(self, g: int, can_pop: bool):
         """Every token run through the DFA of the frame on top. Returns (inside, alive,
         candidates): a boolean array of tokens that loop on g (or None), the ids that stay in
-        the frame, and the ids that died after passing a state where a push or pop could have
-        saved them (to be checked exactly)."""
+        the frame, and the ids that died after passing, past their first byte, a state where a
+        push or pop could have saved them (to be checked exactly; pushes and pops before the
+        first byte are other stacks of the closure, walked on their own)."""
         key = (g, can_pop)
         hit = self._walks.get(key)
         if hit is not None:
@@ -423,9 +426,6 @@ class CompiledGrammar:
                 if row[b] == g:
                     loop |= 1 << b
         first = np.asarray(row, np.int32) != 0
-        first |= m.viable[g]
-        if crossable and can_pop and m.accept[g]:
-            first[:] = True
         if loop:
             inside, layout, _ = vocab.loop_split(loop)
             layout, sel = vocab.subset_by_first_byte(first, layout)
@@ -510,7 +510,7 @@ class CompiledGrammar:
                 s = s[:0]
                 break
             flat = s * 256 + cols[i].take(act)
-            if track:
+            if track and i:
                 v = m.viable.reshape(-1).take(flat)
                 if can_pop:
                     v |= m.accept.take(s)
@@ -529,7 +529,7 @@ class CompiledGrammar:
             column = cols[:, row_index]
             for i in range(start, int(lengths[row_index])):
                 b = int(column[i])
-                if track and (m.viable[state, b] or (can_pop and m.accept[state])):
+                if track and i and (m.viable[state, b] or (can_pop and m.accept[state])):
                     viable[row_index] = True
                 row = m.rows[state] or m.materialize(state)
                 state = row[b]

@@ -379,10 +379,15 @@ class _Builder:
             self.ws = ws
             self.item_sep = cat(ws, lit(","), ws)
             self.key_sep = cat(ws, lit(":"), ws)
+            # before a rule reference the whitespace after the separator belongs to the rule
+            # (rules start with optional whitespace), so no push follows a whitespace loop
+            self.item_sep_push = cat(ws, lit(","))
+            self.key_sep_push = cat(ws, lit(":"))
         else:
             item, key = separators or (", ", ": ")
             self.ws = EMPTY
             self.item_sep, self.key_sep = lit(item), lit(key)
+            self.item_sep_push, self.key_sep_push = self.item_sep, self.key_sep
         draft = str(root.get("$schema", "")) if isinstance(root, dict) else ""
         self.ref_siblings_apply = "2019-09" in draft or "2020-12" in draft or not draft
         self.rules: dict[str, tuple] = {}
@@ -423,7 +428,7 @@ class _Builder:
             if node_size(cached) <= _MAX_INLINE_USES:
                 return cached
             name = self._ref_rules[key] = f"ref{len(self._ref_rules)}"
-            self.rules[name] = cached
+            self.rules[name] = cat(self.ws, cached)
             return ("nt", name)
         self._expanding.append(key)
         try:
@@ -431,7 +436,7 @@ class _Builder:
         finally:
             self._expanding.pop()
         if key in self._recursive:
-            self.rules[self._ref_rules[key]] = node
+            self.rules[self._ref_rules[key]] = cat(self.ws, node)
         else:
             self._ref_nodes[key] = node
         return node
@@ -441,15 +446,15 @@ class _Builder:
         """Any JSON value; nested values go through the rule "any" (recursion)."""
         if "any" not in self.rules:
             self.rules["any"] = NOTHING  # placeholder while building (recursive)
-            self.rules["any"] = self._any_body(("nt", "any"))
+            self.rules["any"] = cat(self.ws, self._any_body(("nt", "any")))
         return self._any_body(("nt", "any"))
 
     def _any_body(self, inner) -> tuple:
         ws = self.ws
         array = cat(
-            lit("["), ws, opt(cat(inner, rep(cat(self.item_sep, inner), 0, None))), ws, lit("]")
+            lit("["), opt(cat(inner, rep(cat(self.item_sep_push, inner), 0, None))), ws, lit("]")
         )
-        member = cat(self.string_node({}), self.key_sep, inner)
+        member = cat(self.string_node({}), self.key_sep_push, inner)
         obj = cat(
             lit("{"), ws, opt(cat(member, rep(cat(self.item_sep, member), 0, None))), ws, lit("}")
         )
@@ -759,29 +764,34 @@ class _Builder:
             and rest_node[0] != "nt"
         ):
             name = f"items{len(self.rules)}"
-            self.rules[name] = rest_node
+            self.rules[name] = cat(self.ws, rest_node)
             rest_node = ("nt", name)
 
         # build from the end: seq(i) = items i.. with i >= lo required
+        def joined(x):
+            return cat(self.item_sep_push if x[0] == "nt" else sep, x)
+
         def tail(first: bool):
-            item = rest_node if first else cat(sep, rest_node)
+            item = rest_node if first else joined(rest_node)
             if tail_hi == 0:
                 return EMPTY
             more_lo = max(tail_lo - 1, 0)
             more_hi = None if tail_hi is None else tail_hi - 1
-            seq = cat(item, rep(cat(sep, rest_node), more_lo, more_hi))
+            seq = cat(item, rep(joined(rest_node), more_lo, more_hi))
             return seq if tail_lo > 0 else opt(seq)
 
         node = None
         for i in reversed(range(n)):
-            item = prefix_nodes[i] if i == 0 else cat(sep, prefix_nodes[i])
+            item = prefix_nodes[i] if i == 0 else joined(prefix_nodes[i])
             after = tail(False) if node is None else node
             seq = cat(item, after)
             node = seq if i < lo else opt(seq)
         body = tail(True) if node is None else node
         if lo > 0 and n == 0 and tail_lo == 0:
             return NOTHING
-        return cat(lit("["), self.ws, body, self.ws, lit("]"))
+        first = prefix_nodes[0] if n else rest_node
+        lead = EMPTY if first[0] == "nt" else self.ws
+        return cat(lit("["), lead, body, self.ws, lit("]"))
 
     def object_node(self, schema: dict, path: str) -> tuple:
         props = schema.get("properties") or {}
@@ -811,7 +821,8 @@ class _Builder:
                     )
             key = _string_literal(name)
             value = self.value(sub, f"{path}/properties/{name}")
-            items.append((cat(key, self.key_sep, value), name in required))
+            key_sep = self.key_sep_push if value[0] == "nt" else self.key_sep
+            items.append((cat(key, key_sep, value), name in required))
         count_min = schema.get("minProperties", 0)
         count_max = schema.get("maxProperties")
         extra = self._extra_member(names, pattern_props, additional, path)
@@ -848,7 +859,7 @@ class _Builder:
             if taken is not None:
                 key = difference(key, taken)
             value = self.value(psub, f"{path}/patternProperties/{i}")
-            parts.append(cat(key, self.key_sep, value))
+            parts.append(cat(key, self.key_sep_push if value[0] == "nt" else self.key_sep, value))
         if additional is not False:
             key = self.string_node({})
             excluded = [k for k in pattern_keys]
@@ -858,7 +869,9 @@ class _Builder:
                 key = difference(key, alt(*excluded))
             value = self.value(additional, f"{path}/additionalProperties")
             if value != NOTHING:
-                parts.append(cat(key, self.key_sep, value))
+                parts.append(
+                    cat(key, self.key_sep_push if value[0] == "nt" else self.key_sep, value)
+                )
         return alt(*parts) if parts else None
 
 
