@@ -22,8 +22,9 @@ if AVAILABLE:
     def _walk(
         table, done, viable, accept, g, sel, cols, lengths, can_pop, track, final, viab, need
     ):
-        """Walk rows `sel` of a layout from state g. final[r] = end state (0 dead, -1 stopped at
-        a state not built yet, whose id goes to `need`); viab[r] = passed a push/pop point."""
+        """Walk rows `sel` of a layout from state g. final[j] = end state of row sel[j] (0 dead,
+        -1 stopped at a state not built yet, whose id goes to `need`); viab[j] = it passed,
+        after its first byte, a state where a push or pop could continue it."""
         n_need = 0
         for j in range(sel.shape[0]):
             r = sel[j]
@@ -41,8 +42,8 @@ if AVAILABLE:
                 s = table[s, b]
                 if s == 0:
                     break
-            final[r] = s
-            viab[r] = v
+            final[j] = s
+            viab[j] = v
         return n_need
 
 
@@ -50,34 +51,37 @@ def walk(machine, g: int, can_pop: bool, layout, sel: np.ndarray):
     """(alive ids, candidate ids) for the rows `sel` of `layout`, building DFA states on the
     way (the compiled loop stops at unbuilt states; they are built and those tokens rerun)."""
     ids, cols, lengths = layout
-    final = np.zeros(len(ids), np.int64)
-    viab = np.zeros(len(ids), np.bool_)
+    sel = np.asarray(sel, np.int64)
+    final = np.empty(len(sel), np.int64)
+    viab = np.zeros(len(sel), np.bool_)
     track = bool(machine.has_pushes or can_pop)
-    pending = np.asarray(sel, np.int64)
-    while len(pending):
-        need = np.zeros(len(pending), np.int64)
+    pos = None  # positions of sel still to (re)walk; None = all
+    while True:
+        rows = sel if pos is None else sel[pos]
+        out_final = final if pos is None else np.empty(len(rows), np.int64)
+        out_viab = viab if pos is None else np.zeros(len(rows), np.bool_)
+        need = np.empty(len(rows), np.int64)
         n = _walk(
             machine.table,
             machine.done,
             machine.viable,
             machine.accept,
-            g,
-            pending,
+            int(g),
+            rows,
             cols,
             lengths,
-            can_pop,
+            bool(can_pop),
             track,
-            final,
-            viab,
+            out_final,
+            out_viab,
             need,
         )
+        if pos is not None:
+            final[pos] = out_final
+            viab[pos] = out_viab
         if not n:
             break
-        for x in np.unique(need[:n]).tolist():
+        for x in set(need[:n].tolist()):
             machine.materialize(x)
-        pending = pending[final[pending] == -1]
-    alive_rows = np.asarray(sel, np.int64)
-    alive_rows = alive_rows[final[alive_rows] != 0]
-    dead_rows = np.asarray(sel, np.int64)
-    dead_rows = dead_rows[(final[dead_rows] == 0) & viab[dead_rows]]
-    return ids[alive_rows], ids[dead_rows]
+        pos = np.nonzero(final == -1)[0]
+    return ids[sel[final != 0]], ids[sel[(final == 0) & viab]]

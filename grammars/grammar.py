@@ -429,7 +429,7 @@ class CompiledGrammar:
         if loop:
             inside, layout, _ = vocab.loop_split(loop)
             layout, sel = vocab.subset_by_first_byte(first, layout)
-        elif not crossable and not m.has_pushes:
+        elif not crossable and not m.has_pushes and len({row[b] for b in m.live[g]}) <= 4:
             hit = self._walks[key] = self._walk_after_first_byte(g, row)
             return hit
         else:
