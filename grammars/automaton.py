@@ -263,12 +263,6 @@ class EagerDFA:
                 dfa.trans[i].append((cm, intern(nfa.closure(ts))))
         return dfa.trimmed()
 
-    def step(self, s: int, b: int) -> int:
-        for cm, t in self.trans[s]:
-            if cm >> b & 1:
-                return t
-        return -1
-
     def trimmed(self) -> EagerDFA:
         """Drop states that cannot reach acceptance (the result may be the empty language)."""
         n = len(self.trans)

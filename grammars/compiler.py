@@ -99,7 +99,7 @@ class GrammarCompiler:
         )
 
     def compile_builtin_json_grammar(self) -> CompiledGrammar:
-        """Any JSON value (response_format json_object)."""
+        """Any JSON value."""
         return self.compile_json_schema({})
 
     def compile_ebnf(self, grammar: str, start: str = "start") -> CompiledGrammar:

@@ -213,6 +213,11 @@ def test_compiled_grammars_are_cached_and_shared(compiler):
     assert a is b
     m1, m2 = a.matcher(), a.matcher()
     assert m1.accept_string("12") and m2.state == a.initial
+    m1.reset()
+    assert m1.state == a.initial and not m1.is_completed()
+    any_json = compiler.compile_builtin_json_grammar()
+    m = any_json.matcher()
+    assert m.accept_string('[1, {"a": null}]') and m.is_completed()
 
 
 def test_sentencepiece_byte_fallback_vocabulary(sentencepiece_tokenizer):
