@@ -156,7 +156,10 @@ def create_app(
     @app.post("/generate")
     async def generate(request: Request):
         body = await parse_body(request, GenerateRequest)
-        batch = tm.prepare(body.text, body.input_ids, body.sampling_params, body.rid)
+        # in a worker thread: compiling a large schema must not stall other streams
+        batch = await asyncio.to_thread(
+            tm.prepare, body.text, body.input_ids, body.sampling_params, body.rid
+        )
         for p in batch.prompts:
             tm.check_prompt(p, "input_ids" if body.input_ids is not None else "text")
         for sp in batch.params:

@@ -343,7 +343,7 @@ class OpenAIServing:
         if schema is not None:
             params.json_schema = schema
             try:
-                self.tm.grammars.compile(params)
+                await asyncio.to_thread(self.tm.grammars.compile, params)
             except ValueError as e:
                 raise BadRequest(
                     str(e).replace("sampling_params.json_schema", "response_format"),
