@@ -57,6 +57,7 @@ class Req:
         self.admitted_before = False
         self.finished_reason: FinishReason | None = None
         self.grammar = None  # a grammars.GrammarMatcher when the output is constrained
+        self.grammar_future = None  # its compilation, while that runs in a worker thread
         self.generator = (
             torch.Generator().manual_seed(sampling_params.seed)
             if sampling_params.seed is not None

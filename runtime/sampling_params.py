@@ -135,6 +135,10 @@ class SamplingParams:
             )
 
     @property
+    def is_constrained(self) -> bool:
+        return self.json_schema is not None or self.regex is not None or self.ebnf is not None
+
+    @property
     def is_greedy(self) -> bool:
         return self.temperature == 0 or self.top_k == 1
 

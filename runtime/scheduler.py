@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import torch
@@ -77,6 +78,7 @@ class Scheduler:
             self.eos_ids.add(self.tokenizer.eos_token_id)
         self.context_length = self.runner.context_length
         self.grammars = GrammarBackend(self.tokenizer, self.vocab_size)
+        self._grammar_pool: ThreadPoolExecutor | None = None
         self.kv_pool = self.runner.kv_pool
         self.req_to_token_pool = self.runner.req_to_token_pool
         cache_cls = NoPrefixCache if args.disable_radix_cache else RadixCache
@@ -104,14 +106,39 @@ class Scheduler:
         if min(prompt) < 0 or max(prompt) >= self.vocab_size:
             raise RequestError(f"input_ids must lie in [0, {self.vocab_size})")
         req.sampling_params.validate(self.vocab_size)
-        try:
-            grammar = self.grammars.compile(req.sampling_params)
-        except ValueError as exc:
-            raise RequestError(str(exc)) from None
-        if grammar is not None:
-            req.grammar = grammar.matcher()
+        if req.sampling_params.is_constrained:
+            # compiled in a worker thread: a large schema must not stall the running batch
+            req.grammar_future = self._compile_pool().submit(
+                self.grammars.compile, req.sampling_params
+            )
         self.stats.prompt_tokens += len(prompt)
         self.waiting.append(req)
+
+    def _compile_pool(self) -> ThreadPoolExecutor:
+        if self._grammar_pool is None:
+            self._grammar_pool = ThreadPoolExecutor(1, thread_name_prefix="grammar")
+        return self._grammar_pool
+
+    def _collect_grammars(self) -> list[Req]:
+        """Give waiting requests whose grammar compiled their matcher; fail those whose grammar
+        did not (returned, finished)."""
+        failed = []
+        for req in self.waiting:
+            future = req.grammar_future
+            if future is None or not future.done():
+                continue
+            req.grammar_future = None
+            try:
+                grammar = future.result()
+            except ValueError as exc:
+                req.finished_reason = FinishReason("abort", message=str(exc))
+                failed.append(req)
+                continue
+            if grammar is not None:
+                req.grammar = grammar.matcher()
+        for req in failed:
+            self.waiting.remove(req)
+        return failed
 
     def abort(self, rid: str) -> bool:
         for req in self.waiting:
@@ -158,14 +185,18 @@ class Scheduler:
     # ---- one step -------------------------------------------------------------------------
     def step(self) -> list[Req]:
         """Run one forward; returns the requests that gained tokens or finished."""
+        failed = self._collect_grammars()
         self._admit()
         plan = self._plan()
         if not plan:
-            return []
+            compiling = [r.grammar_future for r in self.waiting if r.grammar_future is not None]
+            if compiling:  # nothing else to do: wait a little for a grammar instead of spinning
+                wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
+            return failed
         batch = self._build_batch(plan)
         logits = self.runner.forward(batch)
         self.stats.forward_steps += 1
-        return self._process(plan, logits)
+        return failed + self._process(plan, logits)
 
     # ---- admission ---------------------------------------------------------------------------
     def _future_tokens(self, req: Req) -> float:
@@ -190,6 +221,8 @@ class Scheduler:
                 break
             if pending_prefill >= self.args.max_prefill_tokens:
                 break
+            if req.grammar_future is not None:
+                continue  # its grammar is still compiling
             cached, node = self.cache.match_prefix(req.all_ids[: match_len_limit(req)])
             if self._shares_uncached_prefix(req, len(cached), admitted_prompts):
                 continue  # admitted next step, when the sibling's prefix is in the tree

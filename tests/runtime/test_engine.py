@@ -282,3 +282,24 @@ def test_constrained_decoding_json_regex_ebnf_choices(engine):
     assert re.fullmatch(r"\d{1,3} \+ \d{1,3}", out["text"]), out["text"]
     assert out["meta_info"]["finish_reason"]["type"] == "stop"
     assert not engine.scheduler.has_work()
+
+
+def test_grammars_compile_off_the_scheduler_loop(engine):
+    """Constraints compile in a worker thread; a request waits for its grammar, an unusable
+    one ends the request with a message instead of stopping the loop."""
+    from runtime.request import Req
+    from runtime.sampling_params import SamplingParams
+
+    sched = engine.scheduler
+    ok = Req("ok", [1, 2, 3], SamplingParams(max_new_tokens=4, regex="[0-9]{4}"))
+    bad = Req("bad", [1, 2, 3], SamplingParams(max_new_tokens=4, regex="[0-9"))
+    plain = Req("plain", [1, 2, 3], SamplingParams(max_new_tokens=4))
+    for r in (ok, bad, plain):
+        sched.add_request(r)
+    assert ok.grammar_future is not None and plain.grammar_future is None
+    while not all(r.finished for r in (ok, bad, plain)):
+        sched.step()
+    assert bad.finished_reason.type == "abort" and "regex" in bad.finished_reason.message
+    text = engine.tokenizer.decode(ok.output_ids)
+    assert len(text) == 4 and text.isdigit()
+    assert len(plain.output_ids) == 4 and not sched.has_work()
