@@ -319,9 +319,7 @@ def _length_dfa(lo: int, hi: int | None):
     from grammars.automaton import EagerDFA
 
     if lo > 10_000 or (hi is not None and hi > 10_000):
-        if hi is None or lo > 10_000:
-            raise GrammarError("minLength: lengths above 10000 are not supported")
-        hi = None if lo == 0 else hi
+        raise GrammarError("minLength/maxLength: lengths above 10000 are not supported")
     char = _char_dfa()
     top = hi if hi is not None else lo
     n = len(char.trans)

@@ -338,3 +338,8 @@ def test_not(compiler, checker):
     assert checker.accepts(g, "3") and not checker.accepts(g, "null")
     with pytest.raises(GrammarError, match="not"):
         compiler.compile_json_schema({"not": {"required": ["a"]}})
+
+
+def test_lengths_beyond_the_limit_raise_instead_of_weakening(compiler):
+    with pytest.raises(GrammarError, match="maxLength"):
+        compiler.compile_json_schema({"type": "string", "maxLength": 20_000})
