@@ -39,6 +39,18 @@ def _alarm(*_):
     raise Timeout()
 
 
+def timed_steps(ids, times, step) -> bool:
+    """Time `step(token)` (fill the mask, commit the token) for each token; False at the first
+    token refused."""
+    for t in ids:
+        s = time.perf_counter()
+        ok = step(t)
+        times.append(time.perf_counter() - s)
+        if not ok:
+            return False
+    return True
+
+
 class Radixgen:
     name = "radixgen"
 
@@ -56,16 +68,15 @@ class Radixgen:
     def run(self, g, ids, times):
         m = g.matcher()
         bm = np.zeros(self.words, np.int32)
-        for t in ids:
-            s = time.perf_counter()
+
+        def step(t):
             m.fill_next_token_bitmask(bm)
             ok = m.accept_token(t)
-            times.append(time.perf_counter() - s)
             if ok != bool(bm[t >> 5] >> (t & 31) & 1):
                 raise AssertionError(f"mask and accept_token disagree on token {t}")
-            if not ok:
-                return False
-        return m.accept_token(self.eos)
+            return ok
+
+        return timed_steps(ids, times, step) and m.accept_token(self.eos)
 
 
 class LLGuidance:
@@ -96,14 +107,13 @@ class LLGuidance:
     def run(self, grammar, ids, times):
         m = self.ll.LLMatcher(self.tok, grammar, log_level=0)
         bm = self.lnp.allocate_token_bitmask(1, self.n)
-        for t in ids:
-            s = time.perf_counter()
+
+        def step(t):
             self.lnp.fill_next_token_bitmask(m, bm, 0)
             ok = bool(bm[0, t >> 5] >> (t & 31) & 1) and m.consume_token(t)
-            times.append(time.perf_counter() - s)
-            if not ok or m.is_error():
-                return False
-        return m.is_accepting()
+            return ok and not m.is_error()
+
+        return timed_steps(ids, times, step) and m.is_accepting()
 
 
 class XGrammar:
@@ -129,14 +139,12 @@ class XGrammar:
     def run(self, g, ids, times):
         m = self.xgr.GrammarMatcher(g)
         bm = self.xgr.allocate_token_bitmask(1, self.info.vocab_size)
-        for t in ids:
-            s = time.perf_counter()
+
+        def step(t):
             m.fill_next_token_bitmask(bm)
-            ok = m.accept_token(t)
-            times.append(time.perf_counter() - s)
-            if not ok:
-                return False
-        return m.accept_token(self.eos)
+            return m.accept_token(t)
+
+        return timed_steps(ids, times, step) and m.accept_token(self.eos)
 
 
 class OutlinesCore:
@@ -167,16 +175,14 @@ class OutlinesCore:
 
     def run(self, index, ids, times):
         guide = self.oc.Guide(index)
-        for t in ids:
-            s = time.perf_counter()
-            allowed = guide.get_tokens()
-            ok = t in allowed
-            if ok:
-                guide.advance(t)
-            times.append(time.perf_counter() - s)
-            if not ok:
+
+        def step(t):
+            if t not in guide.get_tokens():
                 return False
-        return self.eos in guide.get_tokens()
+            guide.advance(t)
+            return True
+
+        return timed_steps(ids, times, step) and self.eos in guide.get_tokens()
 
 
 ENGINES = {

@@ -224,6 +224,27 @@ def byte_classes(edges) -> list[tuple[int, list[int]]]:
     return [(cm, ts) for cm, ts in classes if ts]
 
 
+class StateIndex:
+    """Numbers the states of an EagerDFA under construction by key, in order of discovery;
+    keys met for the first time are queued in `todo`."""
+
+    def __init__(self, dfa: EagerDFA, limit: int, too_large: str):
+        self.dfa, self.limit, self.too_large = dfa, limit, too_large
+        self.index: dict = {}
+        self.todo: list = []
+
+    def __call__(self, key, accepting: bool) -> int:
+        i = self.index.get(key)
+        if i is None:
+            if len(self.index) >= self.limit:
+                raise GrammarError(self.too_large)
+            i = self.index[key] = len(self.dfa.trans)
+            self.dfa.trans.append([])
+            self.dfa.accept.append(accepting)
+            self.todo.append(key)
+        return i
+
+
 @dataclass
 class EagerDFA:
     """A complete DFA without rule references: trans[s] = list of (byte mask, target)."""
@@ -240,27 +261,16 @@ class EagerDFA:
         if any(nfa.nts):
             raise GrammarError("rule references cannot be combined with intersections")
         dfa = cls()
-        index: dict[frozenset, int] = {}
-        todo = []
-
-        def intern(S):
-            i = index.get(S)
-            if i is None:
-                if len(index) >= limit:
-                    raise GrammarError("constraint too large to determinise")
-                i = index[S] = len(dfa.trans)
-                dfa.trans.append([])
-                dfa.accept.append(e in S)
-                todo.append(S)
-            return i
-
-        dfa.start = intern(nfa.closure([s]))
-        while todo:
-            S = todo.pop()
-            i = index[S]
+        states = StateIndex(dfa, limit, "constraint too large to determinise")
+        start = nfa.closure([s])
+        dfa.start = states(start, e in start)
+        while states.todo:
+            S = states.todo.pop()
+            i = states.index[S]
             edges = [edge for n in S for edge in nfa.edges[n]]
             for cm, ts in byte_classes(edges):
-                dfa.trans[i].append((cm, intern(nfa.closure(ts))))
+                T = nfa.closure(ts)
+                dfa.trans[i].append((cm, states(T, e in T)))
         return dfa.trimmed()
 
     def trimmed(self) -> EagerDFA:
@@ -336,26 +346,16 @@ class EagerDFA:
     def product(self, other: EagerDFA, mode: str, limit: int = 20_000) -> EagerDFA:
         """mode "and": both accept; "diff": self accepts and other does not."""
         out = EagerDFA()
-        index: dict[tuple[int, int], int] = {}
-        todo = []
+        states = StateIndex(out, limit, "constraint too large to intersect")
 
         def intern(a, b):
-            key = (a, b)
-            i = index.get(key)
-            if i is None:
-                if len(index) >= limit:
-                    raise GrammarError("constraint too large to intersect")
-                i = index[key] = len(out.trans)
-                out.trans.append([])
-                acc_b = b >= 0 and other.accept[b]
-                out.accept.append(self.accept[a] and (acc_b if mode == "and" else not acc_b))
-                todo.append(key)
-            return i
+            acc_b = b >= 0 and other.accept[b]
+            return states((a, b), self.accept[a] and (acc_b if mode == "and" else not acc_b))
 
         out.start = intern(self.start, other.start)
-        while todo:
-            a, b = todo.pop()
-            i = index[(a, b)]
+        while states.todo:
+            a, b = states.todo.pop()
+            i = states.index[(a, b)]
             other_tr = other.trans[b] if b >= 0 else []
             for cm, ta in self.trans[a]:
                 rest = cm

@@ -316,45 +316,30 @@ def _pattern_dfa(pattern: str, search: bool):
 @functools.lru_cache(maxsize=256)
 def _length_dfa(lo: int, hi: int | None):
     """Strings of lo..hi characters (JSON spelling), built directly as a counter automaton."""
-    from grammars.automaton import EagerDFA
+    from grammars.automaton import EagerDFA, StateIndex
 
     if lo > 10_000 or (hi is not None and hi > 10_000):
         raise GrammarError("minLength/maxLength: lengths above 10000 are not supported")
     char = _char_dfa()
     top = hi if hi is not None else lo
-    n = len(char.trans)
     out = EagerDFA()
-    index = {}
+    states = StateIndex(out, 1 << 30, "")  # size bounded by the 10000 limit above
 
     def state(i, c):
-        key = (i, c)
-        k = index.get(key)
-        if k is None:
-            k = index[key] = len(out.trans)
-            out.trans.append(None)
-            out.accept.append(c == char.start and lo <= i and (hi is None or i <= hi))
-        return k
+        return states((i, c), c == char.start and lo <= i and (hi is None or i <= hi))
 
     out.start = state(0, char.start)
-    todo = [(0, char.start)]
-    seen = {(0, char.start)}
-    while todo:
-        i, c = todo.pop()
-        trans = []
+    while states.todo:
+        i, c = states.todo.pop()
+        trans = out.trans[states.index[(i, c)]]
         for cm, t in char.trans[c]:
             if char.accept[t]:
                 j = i + 1 if i < top else (top if hi is None else None)
                 if j is None:
                     continue
-                nxt = (j, char.start)
+                trans.append((cm, state(j, char.start)))
             else:
-                nxt = (i, t)
-            trans.append((cm, state(*nxt)))
-            if nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-        out.trans[index[(i, c)]] = trans
-    del n
+                trans.append((cm, state(i, t)))
     return out.trimmed()
 
 
@@ -395,7 +380,7 @@ class _Builder:
         self._ref_rules: dict[str, str] = {}
 
     # -- references --
-    def resolve(self, ref: str, base: str):
+    def resolve(self, ref: str):
         if not isinstance(ref, str):
             raise GrammarError("$ref must be a string")
         if not ref.startswith("#"):
@@ -413,7 +398,7 @@ class _Builder:
         return target, "#" + pointer
 
     def ref_node(self, ref: str) -> tuple:
-        target, key = self.resolve(ref, "")
+        target, key = self.resolve(ref)
         name = self._ref_rules.get(key)
         if name is not None:
             return ("nt", name)
@@ -472,7 +457,7 @@ class _Builder:
             if not siblings or not self.ref_siblings_apply:
                 # before draft 2019-09, keywords beside $ref are ignored
                 return self.ref_node(schema["$ref"])
-            target, key = self.resolve(schema["$ref"], path)
+            target, key = self.resolve(schema["$ref"])
             if key in self._expanding:
                 raise GrammarError(f"$ref: sibling keywords on a recursive reference ({path})")
             self._expanding.append(key)
@@ -505,7 +490,7 @@ class _Builder:
                 for i, sub in enumerate(branches):
                     if _constrains(base):
                         if isinstance(sub, dict) and "$ref" in sub:
-                            target, _ = self.resolve(sub["$ref"], path)
+                            target, _ = self.resolve(sub["$ref"])
                             sub = target
                         sub = _merge(base, sub, f"{path}/{key}/{i}")
                     nodes.append(self.value(sub, f"{path}/{key}/{i}"))
@@ -597,7 +582,7 @@ class _Builder:
 
     def _deref(self, sub, path: str):
         while isinstance(sub, dict) and "$ref" in sub:
-            target, _ = self.resolve(sub["$ref"], path)
+            target, _ = self.resolve(sub["$ref"])
             extra = {k: v for k, v in sub.items() if k != "$ref"}
             sub = _merge(target, extra, path) if extra else target
         return sub
@@ -1043,12 +1028,10 @@ def _check_exclusive(nodes, path: str) -> None:
     """oneOf is enforced as anyOf, which is exact only when no value matches two branches."""
     from grammars.automaton import EagerDFA
 
-    small = []
     for n in nodes:
         if _has_rules(n) or node_size(n) > 2000:
             raise GrammarError(f"oneOf: branches that may overlap are not supported ({path})")
-        small.append(n)
-    dfas = [EagerDFA.from_node(n) for n in small]
+    dfas = [EagerDFA.from_node(n) for n in nodes]
     for i in range(len(dfas)):
         for j in range(i + 1, len(dfas)):
             if not dfas[i].product(dfas[j], "and").is_empty():
