@@ -8,9 +8,7 @@ import json
 import numpy as np
 import torch
 
-from runtime.sampling_params import SamplingParams
-
-CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf")
+from runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams
 
 
 class GrammarBackend:

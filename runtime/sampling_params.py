@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf")
 
 @dataclass
 class SamplingParams:
@@ -42,7 +43,7 @@ class SamplingParams:
         params = {
             k: v
             for k, v in params.items()
-            if v is not None or k in ("seed", "json_schema", "regex", "ebnf")
+            if v is not None or k in ("seed", *CONSTRAINT_FIELDS)
         }
         if isinstance(params.get("stop"), str):
             params["stop"] = [params["stop"]]
@@ -128,7 +129,7 @@ class SamplingParams:
             "no_stop_trim",
         ):
             check(isinstance(getattr(self, name), bool), name, "true or false")
-        constraints = [n for n in ("json_schema", "regex", "ebnf") if getattr(self, n) is not None]
+        constraints = [n for n in CONSTRAINT_FIELDS if getattr(self, n) is not None]
         if len(constraints) > 1:
             raise ValueError(
                 f"sampling_params: only one of json_schema, regex, ebnf may be set, got {constraints}"
@@ -136,7 +137,7 @@ class SamplingParams:
 
     @property
     def is_constrained(self) -> bool:
-        return self.json_schema is not None or self.regex is not None or self.ebnf is not None
+        return any(getattr(self, n) is not None for n in CONSTRAINT_FIELDS)
 
     @property
     def is_greedy(self) -> bool:
