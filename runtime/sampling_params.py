@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf")
 
+
 @dataclass
 class SamplingParams:
     """The `sampling_params` of a /generate request (SGLang's field names and defaults)."""
@@ -41,9 +42,7 @@ class SamplingParams:
         if unknown:
             raise ValueError(f"sampling_params: unknown field(s) {', '.join(unknown)}")
         params = {
-            k: v
-            for k, v in params.items()
-            if v is not None or k in ("seed", *CONSTRAINT_FIELDS)
+            k: v for k, v in params.items() if v is not None or k in ("seed", *CONSTRAINT_FIELDS)
         }
         if isinstance(params.get("stop"), str):
             params["stop"] = [params["stop"]]
