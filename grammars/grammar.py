@@ -19,8 +19,8 @@ from bisect import bisect_left
 
 import numpy as np
 
-from grammars import fastwalk
-from grammars.automaton import NFA, byte_classes, mask_bytes
+from grammars import lazydfa
+from grammars.automaton import ALL_BYTES, NFA, mask_bytes
 from grammars.errors import GrammarError
 from grammars.vocabulary import Vocabulary
 
@@ -30,7 +30,6 @@ _DFS_BUDGET = 60
 _MAX_STACK_DEPTH = 2000
 _MAX_JUMP = 4096
 _MAX_CACHED_MASKS = 20_000
-_SCALAR_TAIL = 24  # tokens left in a vectorised walk below which plain Python is faster
 
 
 class Machine:
@@ -57,22 +56,17 @@ class Machine:
         self.root = self.rule_index[root]
         self._prune(starts, finals)
         self._check_left_recursion(starts, finals)
-        self.finals = frozenset(finals)
-        # DFA state 0 is the dead state
-        self.index: dict[frozenset, int] = {}
-        self.sets: list[frozenset] = [frozenset()]
-        self.nt_edges: list[tuple] = [()]
-        self.rows: list[list[int] | None] = [[0] * 256]
-        self.live: list[list[int] | None] = [[]]
-        cap = 256
-        self.table = np.zeros((cap, 256), np.int32)
-        self.viable = np.zeros((cap, 256), bool)
-        self.accept = np.zeros(cap, bool)
-        self.done = np.zeros(cap, bool)
-        self.done[0] = True
-        self._first: dict[int, int] = {}
-        self.rule_start = [self.state(nfa.closure([s])) for s in starts]
         self.has_pushes = any(nfa.nts)
+        first = self._first_bytes(starts, finals)
+        self.arrays = lazydfa.freeze_nfa(nfa, self.rule_index, finals, first)
+        self.nfa = None  # everything below reads the arrays
+        self.dfa = lazydfa.empty_dfa()
+        self._rows: dict[int, list[int]] = {}
+        self._live: dict[int, list[int]] = {}
+        self._pushes: dict[int, tuple] = {}
+        self.rule_start = [
+            self._run(lazydfa.intern_closure, np.array([s], np.int64)) for s in starts
+        ]
 
     # -- construction checks ------------------------------------------------------------------
     def _prune(self, starts, finals) -> None:
@@ -154,82 +148,95 @@ class Machine:
                     todo.append(t)
         return seen
 
-    # -- lazy DFA -----------------------------------------------------------------------------
-    def state(self, members: frozenset) -> int:
-        g = self.index.get(members)
-        if g is not None:
-            return g
-        if not members:
-            return 0
-        g = len(self.sets)
-        self.index[members] = g
-        self.sets.append(members)
-        self.rows.append(None)
-        self.live.append(None)
-        self.nt_edges.append(())
-        if g >= len(self.accept):
-            self._grow()
-        self.accept[g] = not members.isdisjoint(self.finals)
-        pushes: dict[int, list[int]] = {}
-        for n in members:
-            for name, t in self.nfa.nts[n]:
-                pushes.setdefault(self.rule_index[name], []).append(t)
-        if pushes:
-            self.nt_edges[g] = tuple(
-                (r, self.state(self.nfa.closure(ts))) for r, ts in pushes.items()
-            )
-        return g
+    def _first_bytes(self, starts, finals) -> np.ndarray:
+        """first[r, b]: byte b can start rule r (every byte when r can be empty, since then
+        what follows counts)."""
+        nfa = self.nfa
+        masks: dict[int, int] = {}
 
-    def _grow(self) -> None:
-        cap = len(self.accept) * 2
-        for name in ("table", "viable"):
-            old = getattr(self, name)
-            new = np.zeros((cap, 256), old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
-        for name in ("accept", "done"):
-            old = getattr(self, name)
-            new = np.zeros(cap, old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+        def first_of(r: int) -> int:
+            if r in masks:
+                return masks[r]
+            masks[r] = ALL_BYTES  # conservative while computing (recursion)
+            members = nfa.closure([starts[r]])
+            mask = 0
+            if finals[r] in members:
+                mask = ALL_BYTES
+            else:
+                for n in members:
+                    for m, _ in nfa.edges[n]:
+                        mask |= m
+                    for name, _ in nfa.nts[n]:
+                        mask |= first_of(self.rule_index[name])
+            masks[r] = mask
+            return mask
 
-    def materialize(self, g: int) -> list[int]:
-        row = self.rows[g]
-        if row is not None:
-            return row
-        edges = [edge for n in self.sets[g] for edge in self.nfa.edges[n]]
-        row = [0] * 256
-        for cm, targets in byte_classes(edges):
-            t = self.state(self.nfa.closure(targets))
-            for b in mask_bytes(cm):
-                row[b] = t
-        self.rows[g] = row
-        self.table[g] = row
-        self.live[g] = [b for b in range(256) if row[b]]
-        if self.nt_edges[g]:
-            first = 0
-            for r, _ in self.nt_edges[g]:
-                first |= self.first(r)
-            self.viable[g] = np.array([first >> b & 1 for b in range(256)], bool)
-        self.done[g] = True
+        out = np.zeros((len(starts), 256), bool)
+        for r in range(len(starts)):
+            out[r, mask_bytes(first_of(r))] = True
+        return out
+
+    # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
+    def _run(self, kernel, *args):
+        """Call a kernel, growing the arrays and calling again while it runs out of room."""
+        while True:
+            out = kernel(self.arrays, self.dfa, *args)
+            code = out[0] if isinstance(out, tuple) else out
+            if code != lazydfa.NEED_SPACE:
+                return out
+            self.dfa = lazydfa.grown(self.dfa)
+
+    @property
+    def table(self) -> np.ndarray:
+        return self.dfa.table
+
+    @property
+    def accept(self) -> np.ndarray:
+        return self.dfa.accept
+
+    def row(self, g: int) -> list[int]:
+        """State g's transitions as a list (byte -> state), built on first use."""
+        row = self._rows.get(g)
+        if row is None:
+            if not self.dfa.done[g]:
+                self._run(lazydfa.materialize, g)
+            table_row = self.dfa.table[g]
+            row = self._rows[g] = table_row.tolist()
+            self._live[g] = np.flatnonzero(table_row).tolist()
         return row
 
-    def first(self, r: int) -> int:
-        """Bytes that can start rule r (all bytes when r can be empty: then what follows counts)."""
-        if r in self._first:
-            return self._first[r]
-        self._first[r] = (1 << 256) - 1  # conservative while computing (recursion)
-        g = self.rule_start[r]
-        self.materialize(g)
-        mask = 0
-        for b in self.live[g]:
-            mask |= 1 << b
-        if self.accept[g]:
-            mask = (1 << 256) - 1
-        for r2, _ in self.nt_edges[g]:
-            mask |= self.first(r2)
-        self._first[r] = mask
-        return mask
+    def live(self, g: int) -> list[int]:
+        """The bytes state g can read."""
+        live = self._live.get(g)
+        if live is None:
+            self.row(g)
+            live = self._live[g]
+        return live
+
+    def pushes(self, g: int) -> tuple[tuple[int, int], ...]:
+        """(rule, state to return to) for each rule state g can push."""
+        out = self._pushes.get(g)
+        if out is None:
+            dfa = self.dfa
+            if dfa.push_count[g] < 0:
+                self._run(lazydfa.pushes, g)
+                dfa = self.dfa
+            a = int(dfa.push_start[g])
+            b = a + int(dfa.push_count[g])
+            out = self._pushes[g] = tuple(
+                zip(dfa.push_rule[a:b].tolist(), dfa.push_ret[a:b].tolist())
+            )
+        return out
+
+    def walk(self, g: int, can_pop: bool, trie) -> tuple[np.ndarray, np.ndarray]:
+        """(alive ids, candidate ids) for the tokens of a vocabulary.TokenTrie walked from g
+        (see lazydfa.walk)."""
+        n = len(trie.ids)
+        alive = np.empty(n, np.int64)
+        candidates = np.empty(n, np.int64)
+        track = bool(self.has_pushes or can_pop)
+        n_alive, n_cand = self._run(lazydfa.walk, g, *trie, bool(can_pop), track, alive, candidates)
+        return alive[:n_alive], candidates[:n_cand]
 
 
 class CompiledGrammar:
@@ -289,7 +296,7 @@ class CompiledGrammar:
         while todo:
             sid = todo.pop()
             g, parent = self._stacks[sid]
-            for r, ret in m.nt_edges[g]:
+            for r, ret in m.pushes(g):
                 child = self._stack(m.rule_start[r], self._stack(ret, parent))
                 if child not in seen:
                     seen.add(child)
@@ -312,8 +319,7 @@ class CompiledGrammar:
         nxt = set()
         for sid in self.closure(ss)[0]:
             g, parent = self._stacks[sid]
-            row = m.rows[g] or m.materialize(g)
-            t = row[b]
+            t = m.row(g)[b]
             if t:
                 nxt.add(self._stack(t, parent))
         out = self._steps[key] = self._stackset(frozenset(nxt))
@@ -336,10 +342,7 @@ class CompiledGrammar:
             m = self.machine
             mask = set()
             for sid in self.closure(ss)[0]:
-                g = self._stacks[sid][0]
-                if m.rows[g] is None:
-                    m.materialize(g)
-                mask.update(m.live[g])
+                mask.update(m.live(self._stacks[sid][0]))
             out = self._live[ss] = sorted(mask)
         return out
 
@@ -417,125 +420,20 @@ class CompiledGrammar:
         hit = self._walks.get(key)
         if hit is not None:
             return hit
-        m, vocab = self.machine, self.vocab
-        row = m.rows[g] or m.materialize(g)
-        crossable = bool(m.nt_edges[g]) or (can_pop and bool(m.accept[g]))
+        m = self.machine
+        row = m.row(g)
         loop = 0
-        if not crossable:
-            for b in m.live[g]:
+        if not m.pushes(g) and not (can_pop and m.accept[g]):
+            for b in m.live(g):
                 if row[b] == g:
                     loop |= 1 << b
-        first = np.asarray(row, np.int32) != 0
-        if loop:
-            inside, layout, _ = vocab.loop_split(loop)
-            layout, sel = vocab.subset_by_first_byte(first, layout)
-        elif not crossable and not m.has_pushes and len({row[b] for b in m.live[g]}) <= 4:
-            hit = self._walks[key] = self._walk_after_first_byte(g, row)
-            return hit
+        if loop:  # tokens that stay in the loop are in; the others walk from where they leave
+            inside, trie = self.vocab.loop_split(loop)
         else:
-            inside = None
-            layout, sel = vocab.subset_by_first_byte(first)
-        alive, candidates = self._column_walk(g, can_pop, layout, sel)
+            inside, trie = None, self.vocab.trie
+        alive, candidates = m.walk(g, can_pop, trie)
         hit = self._walks[key] = (inside, alive, candidates)
         return hit
-
-    def _walk_after_first_byte(self, g: int, row: list[int]):
-        """For a state without a self-loop: group tokens by the state their first byte leads
-        to; where that state loops, tokens whose tail stays in the loop are in at once and only
-        the others are walked (from where they leave the loop)."""
-        m, vocab = self.machine, self.vocab
-        inside = np.zeros(vocab.size, bool)
-        alive_parts, cand_parts = [], []
-        by_first: dict[int, list[int]] = {}
-        for b in m.live[g]:
-            by_first.setdefault(row[b], []).append(b)
-        single = vocab.walk_lengths == 1
-        for t, bytes_in in by_first.items():
-            t_row = m.rows[t] or m.materialize(t)
-            firsts = np.zeros(256, bool)
-            firsts[bytes_in] = True
-            loop = 0
-            if not m.nt_edges[t]:
-                for b in m.live[t]:
-                    if t_row[b] == t:
-                        loop |= 1 << b
-            if loop:
-                tail_inside, layout, lead = vocab.loop_split(loop, skip_first=True)
-                group = np.zeros(vocab.size, bool)
-                group[vocab.walk_ids[firsts[vocab.first_byte]]] = True
-                inside |= tail_inside & group
-                sel = np.nonzero(firsts[lead])[0]
-                nxt_first = np.asarray(t_row, np.int32) != 0
-                sel = sel[nxt_first[layout[1][0][sel]]] if len(sel) else sel
-                alive, cand = self._column_walk(t, False, layout, sel)
-            else:
-                ids, cols, lengths = vocab.tail_layout
-                lead = vocab.first_of_id[ids]
-                sel = np.nonzero(firsts[lead])[0]
-                alive, cand = self._column_walk(t, False, vocab.tail_layout, sel)
-                ones = vocab.walk_ids[single & firsts[vocab.first_byte]]
-                alive = np.concatenate([alive, ones])
-            alive_parts.append(alive)
-            cand_parts.append(cand)
-        alive = np.concatenate(alive_parts) if alive_parts else np.zeros(0, np.int64)
-        cand = np.concatenate(cand_parts) if cand_parts else np.zeros(0, np.int64)
-        return inside, alive, cand
-
-    def _column_walk(self, g, can_pop, layout, act):
-        """Run the selected rows of a token layout (sorted by decreasing length) from state g,
-        dropping each token as soon as it dies or ends."""
-        if fastwalk.AVAILABLE:
-            return fastwalk.walk(self.machine, g, can_pop, layout, act)
-        m = self.machine
-        ids, cols, lengths = layout
-        final = np.zeros(len(ids), np.int32)
-        viable = np.zeros(len(ids), bool)
-        s = np.full(len(act), g, np.int64)
-        neg_len = -lengths
-        track = m.has_pushes or can_pop
-        for i in range(cols.shape[0] if len(act) else 0):
-            k = int(np.searchsorted(neg_len.take(act), -i, side="left"))
-            if k < len(act):
-                final[act[k:]] = s[k:]
-                act, s = act[:k], s[:k]
-            if not k:
-                break
-            done = m.done.take(s)
-            if not done.all():
-                for x in np.unique(s[~done]).tolist():
-                    m.materialize(x)
-            if k <= _SCALAR_TAIL:  # few left: finish them one by one
-                self._finish_scalar(act, s, i, cols, lengths, final, viable, can_pop, track)
-                act = act[:0]
-                s = s[:0]
-                break
-            flat = s * 256 + cols[i].take(act)
-            if track and i:
-                v = m.viable.reshape(-1).take(flat)
-                if can_pop:
-                    v |= m.accept.take(s)
-                viable[act] |= v
-            s = m.table.reshape(-1).take(flat)
-            keep = s != 0
-            if not keep.all():
-                act, s = act[keep], s[keep]
-        final[act] = s
-        alive = final != 0
-        return ids[alive], ids[~alive & viable]
-
-    def _finish_scalar(self, act, s, start, cols, lengths, final, viable, can_pop, track):
-        m = self.machine
-        for row_index, state in zip(act.tolist(), s.tolist()):
-            column = cols[:, row_index]
-            for i in range(start, int(lengths[row_index])):
-                b = int(column[i])
-                if track and i and (m.viable[state, b] or (can_pop and m.accept[state])):
-                    viable[row_index] = True
-                row = m.rows[state] or m.materialize(state)
-                state = row[b]
-                if not state:
-                    break
-            final[row_index] = state
 
     def jump_forward_bytes(self, ss: int) -> bytes:
         out = bytearray()

@@ -2,9 +2,43 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from grammars.tokenizer_info import TokenizerInfo
+
+
+class TokenTrie(NamedTuple):
+    """Token byte strings sorted, as a trie without nodes: row j is data[ptr[j]:ptr[j + 1]],
+    shares its first lcp[j] bytes with row j - 1, and the rows starting with byte b are
+    group[b]:group[b + 1]. ids[j] is the token of row j."""
+
+    ids: np.ndarray
+    data: np.ndarray
+    ptr: np.ndarray
+    lcp: np.ndarray
+    group: np.ndarray
+
+
+def make_trie(ids: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> TokenTrie:
+    """The trie of rows[i, :lengths[i]] (a byte matrix padded on the right)."""
+    width = rows.shape[1] if len(ids) else 1
+    padded = np.where(np.arange(width)[None, :] < lengths[:, None], rows.astype(np.int16), -1)
+    order = np.lexsort(padded.T[::-1]) if len(ids) else np.zeros(0, np.int64)
+    padded, lengths = padded[order], lengths[order]
+    differ = padded[1:] != padded[:-1]
+    lcp = np.zeros(len(ids), np.int64)
+    if len(ids) > 1:
+        # rows equal on every column are duplicates: they share the whole row
+        lcp[1:] = np.where(differ.any(axis=1), differ.argmax(axis=1), lengths[1:])
+    ptr = np.zeros(len(ids) + 1, np.int64)
+    np.cumsum(lengths, out=ptr[1:])
+    valid = padded >= 0
+    data = padded[valid].astype(np.uint8)  # row-major: each row's bytes in order
+    firsts = padded[:, 0] if len(ids) else np.zeros(0, np.int16)
+    group = np.searchsorted(firsts, np.arange(257), side="left").astype(np.int64)
+    return TokenTrie(np.asarray(ids, np.int64)[order], data, ptr, lcp, group)
 
 
 class Vocabulary:
@@ -34,18 +68,9 @@ class Vocabulary:
         self.sorted_bytes = [tb[i] for i in ordered]
         self.sorted_ids = ordered
         self.walk_lengths = lengths
-        self.layout = (self.walk_ids, np.ascontiguousarray(self.walk_bytes.T), lengths)
-        self._loops: dict[tuple[int, bool], tuple] = {}
-        # tails: every token of two bytes or more without its first byte
-        multi = lengths > 1
-        self.first_byte = self.walk_bytes[:, 0]
-        self.first_of_id = np.zeros(self.size, np.int16) - 1
-        self.first_of_id[self.walk_ids] = self.first_byte
-        self.tail_layout = (
-            self.walk_ids[multi],
-            np.ascontiguousarray(self.walk_bytes[multi, 1:].T),
-            lengths[multi] - 1,
-        )
+        self.trie = make_trie(self.walk_ids, self.walk_bytes, lengths)
+        self.max_len = int(width)
+        self._loops: dict[int, tuple] = {}
         eos = np.zeros(self.size, bool)
         eos[self.eos_ids] = True
         self.eos_only = self.pack(eos)
@@ -61,41 +86,24 @@ class Vocabulary:
         bits = np.unpackbits(np.asarray(words, "<i4").view(np.uint8), bitorder="little")
         return bits[: self.size].astype(bool)
 
-    def subset_by_first_byte(self, first: np.ndarray, layout=None):
-        """The rows of a layout (default: the whole vocabulary) whose first byte is allowed.
-        A layout is (ids, column-major byte matrix [width, n], lengths), rows sorted by
-        decreasing length; the result is (layout, selected row indices)."""
-        layout = layout or self.layout
-        cols = layout[1]
-        sel = np.nonzero(first[cols[0]])[0] if cols.shape[1] else np.zeros(0, np.int64)
-        return layout, sel
-
-    def loop_split(self, loop_mask: int, skip_first: bool = False):
+    def loop_split(self, loop_mask: int) -> tuple[np.ndarray, TokenTrie]:
         """For a state that loops on the bytes of `loop_mask`: the tokens made only of those
-        bytes (a boolean array over the vocabulary), and the layout of the others as suffixes
-        starting at their first byte outside the loop. With skip_first, the same for the tokens'
-        tails (their bytes after the first; single-byte tokens count as inside). Cached."""
-        key = (loop_mask, skip_first)
-        hit = self._loops.get(key)
+        bytes (a boolean array over the vocabulary), and the trie of the others' suffixes from
+        their first byte outside the loop. Cached."""
+        hit = self._loops.get(loop_mask)
         if hit is not None:
             return hit
         in_loop = np.array([loop_mask >> b & 1 for b in range(256)], bool)
-        offset = 1 if skip_first else 0
         width = self.walk_bytes.shape[1]
         pos = np.arange(width)[None, :]
-        valid = (pos < self.walk_lengths[:, None]) & (pos >= offset)
-        outside = valid & ~in_loop[self.walk_bytes]
+        outside = (pos < self.walk_lengths[:, None]) & ~in_loop[self.walk_bytes]
         leaves = outside.any(axis=1)
         inside = np.zeros(self.size, bool)
         inside[self.walk_ids[~leaves]] = True
         rows = np.nonzero(leaves)[0]
         start = outside[rows].argmax(axis=1)
-        suffix_len = self.walk_lengths[rows] - start
-        order = np.argsort(-suffix_len, kind="stable")
-        rows, start, suffix_len = rows[order], start[order], suffix_len[order]
-        w = int(suffix_len[0]) if len(rows) else 1
-        cols = np.minimum(start[:, None] + np.arange(w)[None, :], width - 1)
-        mat = self.walk_bytes[rows[:, None], cols]
-        layout = (self.walk_ids[rows], np.ascontiguousarray(mat.T), suffix_len)
-        hit = self._loops[key] = (inside, layout, self.walk_bytes[rows, 0])
+        cols = np.minimum(start[:, None] + np.arange(width)[None, :], width - 1)
+        suffixes = self.walk_bytes[rows[:, None], cols]
+        trie = make_trie(self.walk_ids[rows], suffixes, self.walk_lengths[rows] - start)
+        hit = self._loops[loop_mask] = (inside, trie)
         return hit

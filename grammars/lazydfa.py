@@ -1,0 +1,454 @@
+"""The lazily determinised automaton of a grammar, kept in arrays and built by compiled code.
+
+The NFA of all rules is frozen into arrays once (eps edges, byte edges, rule-reference edges);
+a DFA state is the sorted set of its "important" NFA states (those with a byte edge, a rule
+reference or a rule end), interned through an open-addressing hash table. A state is created
+when first reached and materialised (its 256-entry row, its pushes, the bytes that make a push
+worth following) when first read, so the token walk that computes masks builds the states it
+needs without leaving compiled code. Every kernel returns NEED_SPACE when an array is full; the
+caller grows the arrays and repeats the call, which is safe because every kernel only adds.
+
+numba compiles the kernels (cached on disk); `RADIXGEN_NO_JIT=1` runs them as plain Python.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+from itertools import chain
+
+import numpy as np
+
+try:
+    if os.environ.get("RADIXGEN_NO_JIT"):
+        raise ImportError("disabled by RADIXGEN_NO_JIT")
+    from numba import njit
+except ImportError:  # numba is a dependency; plain Python keeps the module usable without it
+
+    def njit(*args, **kwargs):
+        return args[0] if args and callable(args[0]) else (lambda f: f)
+
+
+NEED_SPACE = -1
+# meta slots
+_STATES, _MEM, _PUSHES, _GEN, _WANT = range(5)
+
+NFAArrays = namedtuple(
+    "NFAArrays",
+    "eps_ptr eps_idx important final e_ptr e_byte e_mask e_tgt masks nt_ptr nt_rule nt_tgt "
+    "first mark stack buf pairs",
+)
+DFAArrays = namedtuple(
+    "DFAArrays",
+    "table viable accept done m_ptr mem hkey hcode push_start push_count push_rule push_ret meta",
+)
+
+
+# -- kernels ------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _closure(nfa, seeds, n_seeds):
+    """Important states reachable from seeds[:n_seeds] by eps moves, sorted, into nfa.buf;
+    returns their count."""
+    meta_gen = nfa.mark[-1] + 1  # the last slot of mark holds the current stamp
+    nfa.mark[-1] = meta_gen
+    mark, stack, out = nfa.mark, nfa.stack, nfa.buf
+    top = 0
+    for i in range(n_seeds):
+        s = seeds[i]
+        if mark[s] != meta_gen:
+            mark[s] = meta_gen
+            stack[top] = s
+            top += 1
+    k = 0
+    while top:
+        top -= 1
+        x = stack[top]
+        if nfa.important[x]:
+            out[k] = x
+            k += 1
+        for j in range(nfa.eps_ptr[x], nfa.eps_ptr[x + 1]):
+            y = nfa.eps_idx[j]
+            if mark[y] != meta_gen:
+                mark[y] = meta_gen
+                stack[top] = y
+                top += 1
+    out[:k] = np.sort(out[:k])
+    return k
+
+
+@njit(cache=True, nogil=True)
+def _hash(members, k):
+    h = np.int64(1469598103934665603)
+    for i in range(k):
+        h = (h ^ np.int64(members[i])) * np.int64(1099511628211)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _intern(nfa, dfa, k):
+    """The state whose members are nfa.buf[:k] (0 when empty), created if new."""
+    if k == 0:
+        return 0
+    members = nfa.buf
+    h = _hash(members, k)
+    size = dfa.hkey.shape[0]
+    slot = h & (size - 1)
+    while dfa.hkey[slot] >= 0:
+        s = dfa.hkey[slot]
+        if dfa.hcode[slot] == h:
+            a = dfa.m_ptr[s]
+            if dfa.m_ptr[s + 1] - a == k:
+                same = True
+                for i in range(k):
+                    if dfa.mem[a + i] != members[i]:
+                        same = False
+                        break
+                if same:
+                    return s
+        slot = (slot + 1) & (size - 1)
+    n = dfa.meta[_STATES]
+    used = dfa.meta[_MEM]
+    if n + 1 >= dfa.accept.shape[0] or used + k > dfa.mem.shape[0] or 2 * (n + 1) > size:
+        dfa.meta[_WANT] = k
+        return NEED_SPACE
+    accept = False
+    for i in range(k):
+        dfa.mem[used + i] = members[i]
+        if nfa.final[members[i]]:
+            accept = True
+    dfa.m_ptr[n + 1] = used + k
+    dfa.meta[_MEM] = used + k
+    dfa.accept[n] = accept
+    dfa.push_count[n] = -1
+    dfa.hkey[slot] = n
+    dfa.hcode[slot] = h
+    dfa.meta[_STATES] = n + 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def pushes(nfa, dfa, g):
+    """Compute, once, the rules state g can push and the state each returns to."""
+    if dfa.push_count[g] >= 0:
+        return 0
+    pairs = nfa.pairs
+    n = 0
+    for i in range(dfa.m_ptr[g], dfa.m_ptr[g + 1]):
+        x = dfa.mem[i]
+        for j in range(nfa.nt_ptr[x], nfa.nt_ptr[x + 1]):
+            pairs[n, 0] = nfa.nt_rule[j]
+            pairs[n, 1] = nfa.nt_tgt[j]
+            n += 1
+    start = dfa.meta[_PUSHES]
+    if start + n > dfa.push_rule.shape[0]:
+        dfa.meta[_WANT] = n
+        return NEED_SPACE
+    count = 0
+    if n:
+        order = np.argsort(pairs[:n, 0], kind="mergesort")
+        seeds = np.empty(n, np.int64)
+        i = 0
+        while i < n:
+            rule = pairs[order[i], 0]
+            m = 0
+            while i < n and pairs[order[i], 0] == rule:
+                seeds[m] = pairs[order[i], 1]
+                m += 1
+                i += 1
+            ret = _intern(nfa, dfa, _closure(nfa, seeds, m))
+            if ret < 0:
+                return NEED_SPACE
+            dfa.push_rule[start + count] = rule
+            dfa.push_ret[start + count] = ret
+            count += 1
+    dfa.push_start[g] = start
+    dfa.push_count[g] = count
+    dfa.meta[_PUSHES] = start + count
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def materialize(nfa, dfa, g):
+    """Fill state g's row, pushes and viable bytes; 0, or NEED_SPACE."""
+    if dfa.done[g]:
+        return 0
+    if pushes(nfa, dfa, g) < 0:
+        return NEED_SPACE
+    for j in range(dfa.push_start[g], dfa.push_start[g] + dfa.push_count[g]):
+        first = nfa.first[dfa.push_rule[j]]
+        for b in range(256):
+            if first[b]:
+                dfa.viable[g, b] = True
+    # the byte edges of the members; bytes with the same set of edges form one class
+    a, z = dfa.m_ptr[g], dfa.m_ptr[g + 1]
+    n_edges = 0
+    for i in range(a, z):
+        x = dfa.mem[i]
+        n_edges += nfa.e_ptr[x + 1] - nfa.e_ptr[x]
+    if n_edges:
+        words = (n_edges + 63) >> 6
+        sig = np.zeros((256, words), np.uint64)
+        edge_ids = np.empty(n_edges, np.int64)
+        e = 0
+        for i in range(a, z):
+            x = dfa.mem[i]
+            for j in range(nfa.e_ptr[x], nfa.e_ptr[x + 1]):
+                edge_ids[e] = j
+                bit = np.uint64(1) << np.uint64(e & 63)
+                b = nfa.e_byte[j]
+                if b >= 0:
+                    sig[b, e >> 6] |= bit
+                else:
+                    mask = nfa.masks[nfa.e_mask[j]]
+                    for c in range(256):
+                        if mask[c]:
+                            sig[c, e >> 6] |= bit
+                e += 1
+        cls = np.full(256, -1, np.int64)
+        reps = np.empty(256, np.int64)  # a byte standing for each class
+        hashes = np.empty(256, np.int64)
+        n_cls = 0
+        for b in range(256):
+            h = np.int64(0)
+            for w in range(words):
+                h = (h ^ np.int64(sig[b, w])) * np.int64(1099511628211)
+            if h == 0 and not sig[b].any():
+                continue
+            found = -1
+            for c in range(n_cls):
+                if hashes[c] == h:
+                    r = reps[c]
+                    same = True
+                    for w in range(words):
+                        if sig[r, w] != sig[b, w]:
+                            same = False
+                            break
+                    if same:
+                        found = c
+                        break
+            if found < 0:
+                found = n_cls
+                reps[n_cls] = b
+                hashes[n_cls] = h
+                n_cls += 1
+            cls[b] = found
+        seeds = np.empty(n_edges, np.int64)
+        targets = np.empty(n_cls, np.int64)
+        for c in range(n_cls):
+            r = reps[c]
+            m = 0
+            for e in range(n_edges):
+                if sig[r, e >> 6] >> np.uint64(e & 63) & np.uint64(1):
+                    seeds[m] = nfa.e_tgt[edge_ids[e]]
+                    m += 1
+            t = _intern(nfa, dfa, _closure(nfa, seeds, m))
+            if t < 0:
+                return NEED_SPACE
+            targets[c] = t
+        for b in range(256):
+            dfa.table[g, b] = targets[cls[b]] if cls[b] >= 0 else 0
+    dfa.done[g] = True
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def intern_closure(nfa, dfa, seeds):
+    return _intern(nfa, dfa, _closure(nfa, seeds, seeds.shape[0]))
+
+
+@njit(cache=True, nogil=True)
+def walk(nfa, dfa, g, ids, data, ptr, lcp, group, can_pop, track, alive, candidates):
+    """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
+    way; a row reuses the states of the prefix it shares with the row before, and rows that
+    share a dead prefix are skipped. Writes the ids of the tokens that end alive to `alive` and
+    of those that died after passing, past their first byte, a state where a push or pop
+    could continue them to `candidates`; returns (n_alive, n_candidates), or (NEED_SPACE, 0)."""
+    table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    depth = 1
+    for j in range(ptr.shape[0] - 1):
+        depth = max(depth, ptr[j + 1] - ptr[j])
+    states = np.empty(depth + 1, np.int64)
+    passed = np.zeros(depth + 1, np.bool_)  # passed a viable point within the first d bytes
+    n_alive = 0
+    n_cand = 0
+    if not done[g] and materialize(nfa, dfa, g) < 0:
+        return NEED_SPACE, 0
+    states[0] = g
+    for first in range(256):
+        if table[g, first] == 0:
+            continue
+        known = 0  # states[0..known] hold the states of the previous row's prefix
+        dead_at = -1  # the previous row died reading its byte dead_at
+        dead_viable = False
+        for j in range(group[first], group[first + 1]):
+            if dead_at >= 0 and lcp[j] > dead_at:  # shares the prefix that killed the last row
+                if dead_viable:
+                    candidates[n_cand] = ids[j]
+                    n_cand += 1
+                continue
+            dead_at = -1
+            i = min(lcp[j], known)
+            s = states[i]
+            v = passed[i]
+            base = ptr[j]
+            length = ptr[j + 1] - base
+            while i < length:
+                if not done[s] and materialize(nfa, dfa, s) < 0:
+                    return NEED_SPACE, 0
+                b = data[base + i]
+                if track and i > 0 and (viable[s, b] or (can_pop and accept[s])):
+                    v = True
+                s = table[s, b]
+                if s == 0:
+                    dead_at = i
+                    dead_viable = v
+                    break
+                i += 1
+                states[i] = s
+                passed[i] = v
+            known = i
+            if s != 0:
+                alive[n_alive] = ids[j]
+                n_alive += 1
+            elif v:
+                candidates[n_cand] = ids[j]
+                n_cand += 1
+    return n_alive, n_cand
+
+
+@njit(cache=True, nogil=True)
+def rehash(dfa):
+    dfa.hkey[:] = -1
+    size = dfa.hkey.shape[0]
+    for s in range(1, dfa.meta[_STATES]):
+        a = dfa.m_ptr[s]
+        h = _hash(dfa.mem[a:], dfa.m_ptr[s + 1] - a)
+        slot = h & (size - 1)
+        while dfa.hkey[slot] >= 0:
+            slot = (slot + 1) & (size - 1)
+        dfa.hkey[slot] = s
+        dfa.hcode[slot] = h
+
+
+# -- Python side --------------------------------------------------------------------------------
+def _mask_row(mask: int) -> np.ndarray:
+    return np.unpackbits(
+        np.frombuffer(mask.to_bytes(32, "little"), np.uint8), bitorder="little"
+    ).astype(np.bool_)
+
+
+def freeze_nfa(nfa, rule_index: dict[str, int], finals, first: np.ndarray) -> NFAArrays:
+    """A grammars.automaton.NFA as arrays; `first[r]` = the bytes that can start rule r."""
+    n = len(nfa.eps)
+
+    def csr(lists):
+        lengths = np.fromiter(map(len, lists), np.int64, n)
+        ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        return ptr
+
+    eps_ptr = csr(nfa.eps)
+    eps_idx = np.fromiter(chain.from_iterable(nfa.eps), np.int64, int(eps_ptr[-1]))
+    e_ptr = csr(nfa.edges)
+    flat = list(chain.from_iterable(nfa.edges))
+    mask_ids: dict[int, int] = {}
+    e_byte = np.full(len(flat), -1, np.int64)
+    e_mask = np.full(len(flat), -1, np.int64)
+    for j, (mask, _) in enumerate(flat):
+        if mask & (mask - 1) == 0:
+            e_byte[j] = mask.bit_length() - 1
+        else:
+            e_mask[j] = mask_ids.setdefault(mask, len(mask_ids))
+    masks = np.zeros((max(1, len(mask_ids)), 256), np.bool_)
+    for mask, k in mask_ids.items():
+        masks[k] = _mask_row(mask)
+    e_tgt = np.fromiter((t for _, t in flat), np.int64, len(flat))
+    nt_ptr = csr(nfa.nts)
+    nt_flat = list(chain.from_iterable(nfa.nts))
+    nt_rule = np.fromiter((rule_index[r] for r, _ in nt_flat), np.int64, len(nt_flat))
+    nt_tgt = np.fromiter((t for _, t in nt_flat), np.int64, len(nt_flat))
+    final = np.zeros(n, np.bool_)
+    final[list(finals)] = True
+    important = final.copy()
+    important[np.diff(e_ptr) > 0] = True
+    important[np.diff(nt_ptr) > 0] = True
+    return NFAArrays(
+        eps_ptr,
+        eps_idx,
+        important,
+        final,
+        e_ptr,
+        e_byte,
+        e_mask,
+        e_tgt,
+        masks,
+        nt_ptr,
+        nt_rule,
+        nt_tgt,
+        first,
+        np.zeros(n + 1, np.int64),
+        np.empty(max(n, 1), np.int64),
+        np.empty(max(n, 1), np.int64),
+        np.empty((max(len(nt_flat), 1), 2), np.int64),
+    )
+
+
+def empty_dfa(capacity: int = 256) -> DFAArrays:
+    dfa = DFAArrays(
+        table=np.zeros((capacity, 256), np.int32),
+        viable=np.zeros((capacity, 256), np.bool_),
+        accept=np.zeros(capacity, np.bool_),
+        done=np.zeros(capacity, np.bool_),
+        m_ptr=np.zeros(capacity + 1, np.int64),
+        mem=np.zeros(capacity * 4, np.int64),
+        hkey=np.full(capacity * 4, -1, np.int64),
+        hcode=np.zeros(capacity * 4, np.int64),
+        push_start=np.zeros(capacity, np.int64),
+        push_count=np.full(capacity, -1, np.int64),
+        push_rule=np.zeros(capacity, np.int64),
+        push_ret=np.zeros(capacity, np.int64),
+        meta=np.zeros(5, np.int64),
+    )
+    dfa.done[0] = True  # state 0 is the dead state: no members, all bytes lead back to it
+    dfa.push_count[0] = 0
+    dfa.meta[_STATES] = 1
+    return dfa
+
+
+def grown(dfa: DFAArrays) -> DFAArrays:
+    """Copies of the arrays with room for what the last call wanted."""
+    n, used, pushes, want = (int(dfa.meta[i]) for i in (_STATES, _MEM, _PUSHES, _WANT))
+
+    def bigger(arr, size, fill=0):
+        if size <= arr.shape[0]:
+            return arr
+        out = np.full((size,) + arr.shape[1:], fill, arr.dtype)
+        out[: arr.shape[0]] = arr
+        return out
+
+    room = dfa.push_rule.shape[0]
+    cap = dfa.accept.shape[0]
+    if n + 1 >= cap:
+        cap *= 2
+    size = dfa.hkey.shape[0]
+    rehashed = 2 * (n + 1) > size
+    if rehashed:
+        size *= 4
+    out = DFAArrays(
+        table=bigger(dfa.table, cap),
+        viable=bigger(dfa.viable, cap),
+        accept=bigger(dfa.accept, cap),
+        done=bigger(dfa.done, cap),
+        m_ptr=bigger(dfa.m_ptr, cap + 1),
+        mem=dfa.mem if used + want <= len(dfa.mem) else bigger(dfa.mem, 2 * (used + want)),
+        hkey=dfa.hkey if not rehashed else np.full(size, -1, np.int64),
+        hcode=dfa.hcode if not rehashed else np.zeros(size, np.int64),
+        push_start=bigger(dfa.push_start, cap),
+        push_count=bigger(dfa.push_count, cap, -1),
+        push_rule=bigger(dfa.push_rule, 2 * (pushes + want) if pushes + want > room else 0),
+        push_ret=bigger(dfa.push_ret, 2 * (pushes + want) if pushes + want > room else 0),
+        meta=dfa.meta,
+    )
+    if rehashed:
+        rehash(out)
+    return out
