@@ -30,6 +30,9 @@ _DFS_BUDGET = 60
 _MAX_STACK_DEPTH = 2000
 _MAX_JUMP = 4096
 _MAX_CACHED_MASKS = 20_000
+_MAX_CACHED_WALKS = 512
+_MIN_HUB_BYTES = 16  # a loop worth jumping through in token walks
+_NO_EXITS = np.zeros(0, np.int32)
 
 
 class Machine:
@@ -64,6 +67,7 @@ class Machine:
         self._rows: dict[int, list[int]] = {}
         self._live: dict[int, list[int]] = {}
         self._pushes: dict[int, tuple] = {}
+        self._loops: dict[int, int] = {}
         self.rule_start = [
             self._run(lazydfa.intern_closure, np.array([s], np.int64)) for s in starts
         ]
@@ -228,15 +232,53 @@ class Machine:
             )
         return out
 
-    def walk(self, g: int, can_pop: bool, trie) -> tuple[np.ndarray, np.ndarray]:
-        """(alive ids, candidate ids) for the tokens of a vocabulary.TokenTrie walked from g
-        (see lazydfa.walk)."""
-        n = len(trie.ids)
-        alive = np.empty(n, np.int64)
-        candidates = np.empty(n, np.int64)
+    def loop_mask(self, g: int) -> int:
+        """The bytes on which state g goes back to itself."""
+        mask = self._loops.get(g)
+        if mask is None:
+            row = self.row(g)
+            mask = 0
+            for b in self.live(g):
+                if row[b] == g:
+                    mask |= 1 << b
+            self._loops[g] = mask
+        return mask
+
+    def walk(self, g: int, can_pop: bool, vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
+        """(allowed, candidate ids): every token walked from g (see lazydfa.walk), through the
+        state most of g's bytes lead to when it is a plain loop."""
+        allowed = np.zeros(vocab.size, np.bool_)
+        candidates = np.empty(vocab.size, np.int64)
         track = bool(self.has_pushes or can_pop)
-        n_alive, n_cand = self._run(lazydfa.walk, g, *trie, bool(can_pop), track, alive, candidates)
-        return alive[:n_alive], candidates[:n_cand]
+        hub, exits = 0, _NO_EXITS
+        row, live = self.row(g), self.live(g)
+        if len(live) >= _MIN_HUB_BYTES:
+            counts: dict[int, int] = {}
+            for b in live:
+                counts[row[b]] = counts.get(row[b], 0) + 1
+            t = max(counts, key=counts.__getitem__)
+            loop = self.loop_mask(t)
+            if (
+                counts[t] >= _MIN_HUB_BYTES
+                and loop.bit_count() >= _MIN_HUB_BYTES
+                and not self.pushes(t)
+                and not (can_pop and self.accept[t])
+            ):
+                hub, exits = t, vocab.loop_exits(loop)
+        trie = vocab.trie
+        n_cand = self._run(
+            lazydfa.walk,
+            g,
+            trie,
+            vocab.max_len,
+            hub,
+            exits,
+            bool(can_pop),
+            track,
+            allowed,
+            candidates,
+        )
+        return allowed, candidates[:n_cand]
 
 
 class CompiledGrammar:
@@ -352,7 +394,6 @@ class CompiledGrammar:
         if words is None:
             if len(self._masks) >= _MAX_CACHED_MASKS:  # bound memory on long-lived grammars
                 self._masks.clear()
-                self._walks.clear()
             words = self._masks[ss] = self._compute_mask(ss)
         return words
 
@@ -369,10 +410,8 @@ class CompiledGrammar:
             # frame; walks then only need to look for pushes and pops after the first byte
             for sid in self.closure(ss)[0]:
                 g, parent = self._stacks[sid]
-                inside, alive, candidates = self._walk_frame(g, parent >= 0)
-                if inside is not None:
-                    allowed |= inside
-                allowed[alive] = True
+                frame, candidates = self._walk_frame(g, parent >= 0)
+                allowed |= frame
                 if len(candidates):
                     single = self._stackset(frozenset([sid]))
                     tb = vocab.token_bytes
@@ -410,29 +449,17 @@ class CompiledGrammar:
                     todo.append((nxt, p2, a, z))
         return out
 
-    def _walk_frame(self, g: int, can_pop: bool):
-        """Every token run through the DFA of the frame on top. Returns (inside, alive,
-        candidates): a boolean array of tokens that loop on g (or None), the ids that stay in
-        the frame, and the ids that died after passing, past their first byte, a state where a
-        push or pop could have saved them (to be checked exactly; pushes and pops before the
-        first byte are other stacks of the closure, walked on their own)."""
+    def _walk_frame(self, g: int, can_pop: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Every token run through the DFA of the frame on top: (allowed, candidates), the
+        tokens that stay in the frame and the ids that died after passing, past their first
+        byte, a state where a push or pop could have saved them (to be checked exactly; pushes
+        and pops before the first byte are other stacks of the closure, walked on their own)."""
         key = (g, can_pop)
         hit = self._walks.get(key)
-        if hit is not None:
-            return hit
-        m = self.machine
-        row = m.row(g)
-        loop = 0
-        if not m.pushes(g) and not (can_pop and m.accept[g]):
-            for b in m.live(g):
-                if row[b] == g:
-                    loop |= 1 << b
-        if loop:  # tokens that stay in the loop are in; the others walk from where they leave
-            inside, trie = self.vocab.loop_split(loop)
-        else:
-            inside, trie = None, self.vocab.trie
-        alive, candidates = m.walk(g, can_pop, trie)
-        hit = self._walks[key] = (inside, alive, candidates)
+        if hit is None:
+            if len(self._walks) >= _MAX_CACHED_WALKS:
+                self._walks.clear()
+            hit = self._walks[key] = self.machine.walk(g, can_pop, self.vocab)
         return hit
 
     def jump_forward_bytes(self, ss: int) -> bytes:

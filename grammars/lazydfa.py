@@ -257,44 +257,69 @@ def intern_closure(nfa, dfa, seeds):
 
 
 @njit(cache=True, nogil=True)
-def walk(nfa, dfa, g, ids, data, ptr, lcp, group, can_pop, track, alive, candidates):
+def loop_exits(data, ptr, in_loop):
+    """vocabulary.Vocabulary.loop_exits."""
+    n = ptr.shape[0] - 1
+    out = np.empty(n, np.int32)
+    for j in range(n):
+        k = ptr[j] + 1
+        while k < ptr[j + 1] and in_loop[data[k]]:
+            k += 1
+        out[j] = k - ptr[j]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def walk(nfa, dfa, g, trie, depth, hub, exits, can_pop, track, allowed, candidates):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
-    way; a row reuses the states of the prefix it shares with the row before, and rows that
-    share a dead prefix are skipped. Writes the ids of the tokens that end alive to `alive` and
-    of those that died after passing, past their first byte, a state where a push or pop
-    could continue them to `candidates`; returns (n_alive, n_candidates), or (NEED_SPACE, 0)."""
+    way; a row reuses the states of the prefix it shares with the rows before, and rows that
+    share a dead prefix are skipped. `hub` is a state that loops on the bytes of a mask without
+    pushes or pops, and exits[j] the first position after the first byte where row j leaves
+    that mask: a row at the hub jumps there at once (hub 0: none). `depth` is the longest
+    row. Sets allowed[id] for the
+    tokens that end alive and writes to `candidates` those that died after passing, past their
+    first byte, a state where a push or pop could continue them; returns the number of
+    candidates, or NEED_SPACE."""
+    ids, data, ptr, lcp, group = trie
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
-    depth = 1
-    for j in range(ptr.shape[0] - 1):
-        depth = max(depth, ptr[j + 1] - ptr[j])
     states = np.empty(depth + 1, np.int64)
     passed = np.zeros(depth + 1, np.bool_)  # passed a viable point within the first d bytes
-    n_alive = 0
     n_cand = 0
     if not done[g] and materialize(nfa, dfa, g) < 0:
-        return NEED_SPACE, 0
+        return NEED_SPACE
     states[0] = g
     for first in range(256):
         if table[g, first] == 0:
             continue
-        known = 0  # states[0..known] hold the states of the previous row's prefix
-        dead_at = -1  # the previous row died reading its byte dead_at
+        at_hub = hub != 0 and table[g, first] == hub
+        known = 0  # states[0..known] hold the states of the prefix shared with this row
+        dead_at = -1  # an earlier row sharing this row's prefix died reading byte dead_at
         dead_viable = False
         for j in range(group[first], group[first + 1]):
-            if dead_at >= 0 and lcp[j] > dead_at:  # shares the prefix that killed the last row
+            known = min(known, lcp[j])
+            if dead_at >= 0 and lcp[j] > dead_at:
                 if dead_viable:
                     candidates[n_cand] = ids[j]
                     n_cand += 1
                 continue
             dead_at = -1
-            i = min(lcp[j], known)
-            s = states[i]
-            v = passed[i]
             base = ptr[j]
             length = ptr[j + 1] - base
+            if at_hub and exits[j] == length:  # the first byte reaches the hub, the rest loops
+                allowed[ids[j]] = True
+                continue
+            i = known
+            s = states[i]
+            v = passed[i]
             while i < length:
+                if s == hub and i > 0 and exits[j] > i:
+                    for k in range(i + 1, exits[j] + 1):
+                        states[k] = s
+                        passed[k] = v
+                    i = exits[j]
+                    continue
                 if not done[s] and materialize(nfa, dfa, s) < 0:
-                    return NEED_SPACE, 0
+                    return NEED_SPACE
                 b = data[base + i]
                 if track and i > 0 and (viable[s, b] or (can_pop and accept[s])):
                     v = True
@@ -308,12 +333,11 @@ def walk(nfa, dfa, g, ids, data, ptr, lcp, group, can_pop, track, alive, candida
                 passed[i] = v
             known = i
             if s != 0:
-                alive[n_alive] = ids[j]
-                n_alive += 1
+                allowed[ids[j]] = True
             elif v:
                 candidates[n_cand] = ids[j]
                 n_cand += 1
-    return n_alive, n_cand
+    return n_cand
 
 
 @njit(cache=True, nogil=True)

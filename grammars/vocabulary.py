@@ -6,7 +6,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from grammars import lazydfa
 from grammars.tokenizer_info import TokenizerInfo
+
+_MAX_CACHED_LOOPS = 64
 
 
 class TokenTrie(NamedTuple):
@@ -70,7 +73,7 @@ class Vocabulary:
         self.walk_lengths = lengths
         self.trie = make_trie(self.walk_ids, self.walk_bytes, lengths)
         self.max_len = int(width)
-        self._loops: dict[int, tuple] = {}
+        self._loops: dict[int, np.ndarray] = {}
         eos = np.zeros(self.size, bool)
         eos[self.eos_ids] = True
         self.eos_only = self.pack(eos)
@@ -86,24 +89,15 @@ class Vocabulary:
         bits = np.unpackbits(np.asarray(words, "<i4").view(np.uint8), bitorder="little")
         return bits[: self.size].astype(bool)
 
-    def loop_split(self, loop_mask: int) -> tuple[np.ndarray, TokenTrie]:
-        """For a state that loops on the bytes of `loop_mask`: the tokens made only of those
-        bytes (a boolean array over the vocabulary), and the trie of the others' suffixes from
-        their first byte outside the loop. Cached."""
+    def loop_exits(self, loop_mask: int) -> np.ndarray:
+        """For each row of the trie: the first position after the first byte whose byte is not
+        in `loop_mask` (the row's length when there is none). Cached per mask."""
         hit = self._loops.get(loop_mask)
-        if hit is not None:
-            return hit
-        in_loop = np.array([loop_mask >> b & 1 for b in range(256)], bool)
-        width = self.walk_bytes.shape[1]
-        pos = np.arange(width)[None, :]
-        outside = (pos < self.walk_lengths[:, None]) & ~in_loop[self.walk_bytes]
-        leaves = outside.any(axis=1)
-        inside = np.zeros(self.size, bool)
-        inside[self.walk_ids[~leaves]] = True
-        rows = np.nonzero(leaves)[0]
-        start = outside[rows].argmax(axis=1)
-        cols = np.minimum(start[:, None] + np.arange(width)[None, :], width - 1)
-        suffixes = self.walk_bytes[rows[:, None], cols]
-        trie = make_trie(self.walk_ids[rows], suffixes, self.walk_lengths[rows] - start)
-        hit = self._loops[loop_mask] = (inside, trie)
+        if hit is None:
+            if len(self._loops) >= _MAX_CACHED_LOOPS:
+                self._loops.clear()
+            in_loop = np.array([loop_mask >> b & 1 for b in range(256)], np.bool_)
+            hit = self._loops[loop_mask] = lazydfa.loop_exits(
+                self.trie.data, self.trie.ptr, in_loop
+            )
         return hit
