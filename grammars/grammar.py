@@ -25,13 +25,13 @@ from grammars.errors import GrammarError
 from grammars.vocabulary import Vocabulary
 
 _BYTES = [bytes((b,)) for b in range(256)]
-_DFS_MAX_LIVE_BYTES = 8
+_DFS_MAX_LIVE_BYTES = 0
 _DFS_BUDGET = 60
 _MAX_STACK_DEPTH = 2000
 _MAX_JUMP = 4096
 _MAX_CACHED_MASKS = 20_000
 _MAX_CACHED_WALKS = 512
-_MIN_HUB_BYTES = 16  # a loop worth jumping through in token walks
+_MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
 _NO_EXITS = np.zeros(0, np.int32)
 
 
@@ -67,7 +67,6 @@ class Machine:
         self._rows: dict[int, list[int]] = {}
         self._live: dict[int, list[int]] = {}
         self._pushes: dict[int, tuple] = {}
-        self._loops: dict[int, int] = {}
         self.rule_start = [
             self._run(lazydfa.intern_closure, np.array([s], np.int64)) for s in starts
         ]
@@ -232,46 +231,38 @@ class Machine:
             )
         return out
 
-    def loop_mask(self, g: int) -> int:
-        """The bytes on which state g goes back to itself."""
-        mask = self._loops.get(g)
-        if mask is None:
-            row = self.row(g)
-            mask = 0
-            for b in self.live(g):
-                if row[b] == g:
-                    mask |= 1 << b
-            self._loops[g] = mask
-        return mask
+    def chain(self, g: int) -> tuple[int, int]:
+        """(hub, mask): the state most of g's bytes lead to and the bytes on which that state
+        most often moves on to one same state (itself in a loop, the next step in a counter);
+        (0, 0) when either takes fewer than _MIN_CHAIN_BYTES bytes."""
+        hub = _most_common_target(self.row(g), self.live(g))
+        if not hub:
+            return 0, 0
+        row = self.row(hub)
+        nxt = _most_common_target(row, self.live(hub))
+        if not nxt:
+            return 0, 0
+        mask = 0
+        for b in self.live(hub):
+            if row[b] == nxt:
+                mask |= 1 << b
+        return hub, mask
 
     def walk(self, g: int, can_pop: bool, vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
-        """(allowed, candidate ids): every token walked from g (see lazydfa.walk), through the
-        state most of g's bytes lead to when it is a plain loop."""
+        """(allowed, candidate ids): every token walked from g (see lazydfa.walk)."""
         allowed = np.zeros(vocab.size, np.bool_)
         candidates = np.empty(vocab.size, np.int64)
         track = bool(self.has_pushes or can_pop)
-        hub, exits = 0, _NO_EXITS
-        row, live = self.row(g), self.live(g)
-        if len(live) >= _MIN_HUB_BYTES:
-            counts: dict[int, int] = {}
-            for b in live:
-                counts[row[b]] = counts.get(row[b], 0) + 1
-            t = max(counts, key=counts.__getitem__)
-            loop = self.loop_mask(t)
-            if (
-                counts[t] >= _MIN_HUB_BYTES
-                and loop.bit_count() >= _MIN_HUB_BYTES
-                and not self.pushes(t)
-                and not (can_pop and self.accept[t])
-            ):
-                hub, exits = t, vocab.loop_exits(loop)
-        trie = vocab.trie
+        hub, mask = self.chain(g)
+        in_chain = np.array([mask >> b & 1 for b in range(256)], np.bool_)
+        exits = vocab.loop_exits(mask) if hub else _NO_EXITS
         n_cand = self._run(
             lazydfa.walk,
             g,
-            trie,
+            vocab.trie,
             vocab.max_len,
             hub,
+            in_chain,
             exits,
             bool(can_pop),
             track,
@@ -279,6 +270,17 @@ class Machine:
             candidates,
         )
         return allowed, candidates[:n_cand]
+
+
+def _most_common_target(row: list[int], live: list[int]) -> int:
+    """The state most of `live` bytes lead to when it takes at least _MIN_CHAIN_BYTES, else 0."""
+    if len(live) < _MIN_CHAIN_BYTES:
+        return 0
+    counts: dict[int, int] = {}
+    for b in live:
+        counts[row[b]] = counts.get(row[b], 0) + 1
+    t = max(counts, key=counts.__getitem__)
+    return t if counts[t] >= _MIN_CHAIN_BYTES else 0
 
 
 class CompiledGrammar:

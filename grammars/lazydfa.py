@@ -270,20 +270,62 @@ def loop_exits(data, ptr, in_loop):
 
 
 @njit(cache=True, nogil=True)
-def walk(nfa, dfa, g, trie, depth, hub, exits, can_pop, track, allowed, candidates):
+def _extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, to):
+    """Extend chain (chain[d] = the state after d bytes of the chain mask, chain[0] = its
+    length) up to `to` bytes, stopping for good where a state does not send every byte of the
+    mask to one state, could push or pop, or dies. Returns 0, or NEED_SPACE."""
+    table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    while chain[0] < to and not ends[0]:
+        d = chain[0]
+        s = chain[d]
+        if not done[s] and materialize(nfa, dfa, s) < 0:
+            return NEED_SPACE
+        u = -1
+        for b in range(256):
+            if in_chain[b]:
+                if u == -1:
+                    u = table[s, b]
+                if table[s, b] != u or viable[s, b]:
+                    u = 0
+                    break
+        if u <= 0 or (can_pop and accept[s]):
+            ends[0] = True
+            break
+        if u == s:  # a loop: the chain stays on it
+            for k in range(d + 1, chain.shape[0]):
+                chain[k] = s
+            chain[0] = chain.shape[0] - 1
+            ends[0] = True
+            break
+        chain[d + 1] = u
+        chain[0] = d + 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def walk(nfa, dfa, g, trie, depth, hub, in_chain, exits, can_pop, track, allowed, candidates):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
     way; a row reuses the states of the prefix it shares with the rows before, and rows that
-    share a dead prefix are skipped. `hub` is a state that loops on the bytes of a mask without
-    pushes or pops, and exits[j] the first position after the first byte where row j leaves
-    that mask: a row at the hub jumps there at once (hub 0: none). `depth` is the longest
-    row. Sets allowed[id] for the
-    tokens that end alive and writes to `candidates` those that died after passing, past their
-    first byte, a state where a push or pop could continue them; returns the number of
-    candidates, or NEED_SPACE."""
+    share a dead prefix are skipped. `depth` is the longest row.
+
+    `hub` (0: none) is the state most of g's first bytes lead to, the start of a chain of states
+    that each send every byte of the mask `in_chain` to the next (a loop, or the steps of a
+    length counter); exits[j] is the first position after the first byte where row j leaves
+    the mask. A row on the chain jumps straight to its exit.
+
+    Sets allowed[id] for the tokens that end alive and writes to `candidates` those that died
+    after passing, past their first byte, a state where a push or pop could continue them;
+    returns the number of candidates, or NEED_SPACE."""
     ids, data, ptr, lcp, group = trie
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     states = np.empty(depth + 1, np.int64)
     passed = np.zeros(depth + 1, np.bool_)  # passed a viable point within the first d bytes
+    chain = np.zeros(depth + 1, np.int64)
+    ends = np.zeros(1, np.bool_)
+    if hub:
+        chain[0], chain[1] = 1, hub
+    else:
+        ends[0] = True
     n_cand = 0
     if not done[g] and materialize(nfa, dfa, g) < 0:
         return NEED_SPACE
@@ -291,7 +333,7 @@ def walk(nfa, dfa, g, trie, depth, hub, exits, can_pop, track, allowed, candidat
     for first in range(256):
         if table[g, first] == 0:
             continue
-        at_hub = hub != 0 and table[g, first] == hub
+        on_chain = hub != 0 and table[g, first] == hub
         known = 0  # states[0..known] hold the states of the prefix shared with this row
         dead_at = -1  # an earlier row sharing this row's prefix died reading byte dead_at
         dead_viable = False
@@ -305,19 +347,30 @@ def walk(nfa, dfa, g, trie, depth, hub, exits, can_pop, track, allowed, candidat
             dead_at = -1
             base = ptr[j]
             length = ptr[j + 1] - base
-            if at_hub and exits[j] == length:  # the first byte reaches the hub, the rest loops
-                allowed[ids[j]] = True
-                continue
+            if on_chain and exits[j] == length:  # all on the chain: alive if it goes that far
+                if chain[0] < length and _extend_chain(
+                    nfa, dfa, chain, ends, in_chain, can_pop, length
+                ):
+                    return NEED_SPACE
+                if chain[0] >= length:
+                    allowed[ids[j]] = True
+                    continue
             i = known
             s = states[i]
             v = passed[i]
             while i < length:
-                if s == hub and i > 0 and exits[j] > i:
-                    for k in range(i + 1, exits[j] + 1):
-                        states[k] = s
-                        passed[k] = v
-                    i = exits[j]
-                    continue
+                e = exits[j] if hub else 0
+                if e > i > 0:
+                    if chain[0] < e and _extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, e):
+                        return NEED_SPACE
+                    e = min(e, chain[0])
+                    if e > i and s == chain[i]:
+                        for k in range(i + 1, e + 1):
+                            states[k] = chain[k]
+                            passed[k] = v
+                        i = e
+                        s = chain[e]
+                        continue
                 if not done[s] and materialize(nfa, dfa, s) < 0:
                     return NEED_SPACE
                 b = data[base + i]

@@ -89,15 +89,13 @@ class Vocabulary:
         bits = np.unpackbits(np.asarray(words, "<i4").view(np.uint8), bitorder="little")
         return bits[: self.size].astype(bool)
 
-    def loop_exits(self, loop_mask: int) -> np.ndarray:
+    def loop_exits(self, mask: int) -> np.ndarray:
         """For each row of the trie: the first position after the first byte whose byte is not
-        in `loop_mask` (the row's length when there is none). Cached per mask."""
-        hit = self._loops.get(loop_mask)
+        in `mask` (the row's length when there is none). Cached per mask."""
+        hit = self._loops.get(mask)
         if hit is None:
             if len(self._loops) >= _MAX_CACHED_LOOPS:
                 self._loops.clear()
-            in_loop = np.array([loop_mask >> b & 1 for b in range(256)], np.bool_)
-            hit = self._loops[loop_mask] = lazydfa.loop_exits(
-                self.trie.data, self.trie.ptr, in_loop
-            )
+            in_loop = np.array([mask >> b & 1 for b in range(256)], np.bool_)
+            hit = self._loops[mask] = lazydfa.loop_exits(self.trie.data, self.trie.ptr, in_loop)
         return hit
