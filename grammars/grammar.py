@@ -6,16 +6,13 @@ a matcher reaches it). Matching runs a pushdown automaton whose stack frames are
 stacks and sets of stacks are interned to small integers, so a matcher state is one integer and
 every transition and every token mask is memoised on the shared compiled grammar.
 
-Token masks use two strategies:
-- a depth-first walk of the sorted vocabulary (bisect ranges stand for trie nodes) when few
-  bytes can come next;
-- otherwise a vectorised walk of every token through the top frame's dense byte table, plus
-  an exact check of the few tokens that may leave the frame (push or pop) on the way.
+A token mask walks every frame the matcher may be in (the stacks reachable without reading)
+through its rule's DFA: a compiled walk over the sorted vocabulary (lazydfa.walk: shared
+prefixes walked once, dead prefixes skipped, runs along loops and length counters jumped), plus
+an exact check of the few tokens that may leave the frame (push or pop) on the way.
 """
 
 from __future__ import annotations
-
-from bisect import bisect_left
 
 import numpy as np
 
@@ -24,9 +21,6 @@ from grammars.automaton import ALL_BYTES, NFA, mask_bytes
 from grammars.errors import GrammarError
 from grammars.vocabulary import Vocabulary
 
-_BYTES = [bytes((b,)) for b in range(256)]
-_DFS_MAX_LIVE_BYTES = 0
-_DFS_BUDGET = 60
 _MAX_STACK_DEPTH = 2000
 _MAX_JUMP = 4096
 _MAX_CACHED_MASKS = 20_000
@@ -402,54 +396,21 @@ class CompiledGrammar:
     def _compute_mask(self, ss: int) -> np.ndarray:
         vocab = self.vocab
         allowed = np.zeros(vocab.size, bool)
-        ids = None
-        if len(self.live_bytes(ss)) <= _DFS_MAX_LIVE_BYTES:
-            ids = self._dfs(ss)
-        if ids is not None:
-            allowed[ids] = True
-        else:
-            # every stack reachable without reading (pushed rules, popped frames) walks its own
-            # frame; walks then only need to look for pushes and pops after the first byte
-            for sid in self.closure(ss)[0]:
-                g, parent = self._stacks[sid]
-                frame, candidates = self._walk_frame(g, parent >= 0)
-                allowed |= frame
-                if len(candidates):
-                    single = self._stackset(frozenset([sid]))
-                    tb = vocab.token_bytes
-                    for tid in candidates.tolist():
-                        if not allowed[tid] and self.walk(single, tb[tid]):
-                            allowed[tid] = True
+        # every stack reachable without reading (pushed rules, popped frames) walks its own
+        # frame; walks then only need to look for pushes and pops after the first byte
+        for sid in self.closure(ss)[0]:
+            g, parent = self._stacks[sid]
+            frame, candidates = self._walk_frame(g, parent >= 0)
+            allowed |= frame
+            if len(candidates):
+                single = self._stackset(frozenset([sid]))
+                tb = vocab.token_bytes
+                for tid in candidates.tolist():
+                    if not allowed[tid] and self.walk(single, tb[tid]):
+                        allowed[tid] = True
         if self.is_complete(ss):
             allowed[vocab.eos_ids] = True
         return vocab.pack(allowed)
-
-    def _dfs(self, ss: int) -> list[int] | None:
-        sb, sids = self.vocab.sorted_bytes, self.vocab.sorted_ids
-        out: list[int] = []
-        todo = [(ss, b"", 0, len(sb))]
-        visited = 0
-        while todo:
-            state, prefix, lo, hi = todo.pop()
-            visited += 1
-            if visited > _DFS_BUDGET:
-                return None
-            if prefix:
-                while lo < hi and sb[lo] == prefix:
-                    out.append(sids[lo])
-                    lo += 1
-                if lo >= hi:
-                    continue
-            for b in self.live_bytes(state):
-                p2 = prefix + _BYTES[b]
-                a = bisect_left(sb, p2, lo, hi)
-                if a >= hi or not sb[a].startswith(p2):
-                    continue
-                z = bisect_left(sb, prefix + _BYTES[b + 1], a, hi) if b < 255 else hi
-                nxt = self.step(state, b)
-                if nxt:
-                    todo.append((nxt, p2, a, z))
-        return out
 
     def _walk_frame(self, g: int, can_pop: bool) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the

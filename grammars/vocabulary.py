@@ -45,9 +45,7 @@ def make_trie(ids: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> TokenTr
 
 
 class Vocabulary:
-    """Token bytes three ways: by id, sorted (for trie walks by bisection) and as a byte matrix
-    ordered by decreasing length (for vectorised walks: column i holds byte i of the first
-    col_counts[i] tokens)."""
+    """Token bytes by id and as a sorted trie (for mask walks), built once per tokenizer."""
 
     def __init__(self, info: TokenizerInfo, vocab_size: int | None = None):
         self.info = info
@@ -61,17 +59,11 @@ class Vocabulary:
         self.eos_ids = np.array(sorted(info.eos_ids), np.int64)
         self.eos_set = frozenset(info.eos_ids)
         usable = [i for i in range(self.size) if tb[i] and i not in self.special_set]
-        by_len = sorted(usable, key=lambda i: -len(tb[i]))
-        self.walk_ids = np.array(by_len, np.int64)
-        width = len(tb[by_len[0]]) if by_len else 1
-        joined = b"".join(tb[i].ljust(width, b"\0") for i in by_len)
-        self.walk_bytes = np.frombuffer(joined, np.uint8).reshape(len(by_len), width)
-        lengths = np.array([len(tb[i]) for i in by_len], np.int64)
-        ordered = sorted(usable, key=lambda i: tb[i])
-        self.sorted_bytes = [tb[i] for i in ordered]
-        self.sorted_ids = ordered
-        self.walk_lengths = lengths
-        self.trie = make_trie(self.walk_ids, self.walk_bytes, lengths)
+        width = max((len(tb[i]) for i in usable), default=1)
+        joined = b"".join(tb[i].ljust(width, b"\0") for i in usable)
+        rows = np.frombuffer(joined, np.uint8).reshape(len(usable), width)
+        lengths = np.array([len(tb[i]) for i in usable], np.int64)
+        self.trie = make_trie(np.array(usable, np.int64), rows, lengths)
         self.max_len = int(width)
         self._loops: dict[int, np.ndarray] = {}
         eos = np.zeros(self.size, bool)
