@@ -26,7 +26,6 @@ _MAX_JUMP = 4096
 _MAX_CACHED_MASKS = 20_000
 _MAX_CACHED_WALKS = 512
 _MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
-_NO_EXITS = np.zeros(0, np.int32)
 
 
 class Machine:
@@ -249,7 +248,6 @@ class Machine:
         track = bool(self.has_pushes or can_pop)
         hub, mask = self.chain(g)
         in_chain = np.array([mask >> b & 1 for b in range(256)], np.bool_)
-        exits = vocab.loop_exits(mask) if hub else _NO_EXITS
         n_cand = self._run(
             lazydfa.walk,
             g,
@@ -257,7 +255,7 @@ class Machine:
             vocab.max_len,
             hub,
             in_chain,
-            exits,
+            vocab.chain_layout(mask),
             bool(can_pop),
             track,
             allowed,

@@ -257,15 +257,28 @@ def intern_closure(nfa, dfa, seeds):
 
 
 @njit(cache=True, nogil=True)
-def loop_exits(data, ptr, in_loop):
-    """vocabulary.Vocabulary.loop_exits."""
+def chain_exits(data, ptr, in_mask):
+    """For each row: the first position after the first byte whose byte is not in the mask
+    (the row's length when there is none)."""
     n = ptr.shape[0] - 1
-    out = np.empty(n, np.int32)
+    out = np.empty(n, np.int64)
     for j in range(n):
         k = ptr[j] + 1
-        while k < ptr[j + 1] and in_loop[data[k]]:
+        while k < ptr[j + 1] and in_mask[data[k]]:
             k += 1
         out[j] = k - ptr[j]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def shared_prefixes(lcp, rows):
+    """For a subsequence `rows` of a trie's rows: the bytes each shares with the one before."""
+    out = np.zeros(rows.shape[0], np.int64)
+    for k in range(1, rows.shape[0]):
+        m = lcp[rows[k]]
+        for r in range(rows[k - 1] + 1, rows[k]):
+            m = min(m, lcp[r])
+        out[k] = m
     return out
 
 
@@ -303,27 +316,35 @@ def _extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, to):
 
 
 @njit(cache=True, nogil=True)
-def walk(nfa, dfa, g, trie, depth, hub, in_chain, exits, can_pop, track, allowed, candidates):
+def walk(nfa, dfa, g, trie, depth, hub, in_chain, layout, can_pop, track, allowed, candidates):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
     way; a row reuses the states of the prefix it shares with the rows before, and rows that
     share a dead prefix are skipped. `depth` is the longest row.
 
     `hub` (0: none) is the state most of g's first bytes lead to, the start of a chain of states
     that each send every byte of the mask `in_chain` to the next (a loop, or the steps of a
-    length counter); exits[j] is the first position after the first byte where row j leaves
-    the mask. A row on the chain jumps straight to its exit.
+    length counter); `layout` is the trie's vocabulary.ChainLayout for that mask. A row on the
+    chain jumps straight to its exit; when the chain is at least `depth` long, the tokens that
+    never leave it are allowed at once and only the others are walked.
 
     Sets allowed[id] for the tokens that end alive and writes to `candidates` those that died
     after passing, past their first byte, a state where a push or pop could continue them;
     returns the number of candidates, or NEED_SPACE."""
     ids, data, ptr, lcp, group = trie
+    exits, full, exit_rows, exit_lcp, exit_group = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     states = np.empty(depth + 1, np.int64)
     passed = np.zeros(depth + 1, np.bool_)  # passed a viable point within the first d bytes
     chain = np.zeros(depth + 1, np.int64)
     ends = np.zeros(1, np.bool_)
+    covering = False
     if hub:
         chain[0], chain[1] = 1, hub
+        if _extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, depth) < 0:
+            return NEED_SPACE
+        covering = chain[0] >= depth
+        if covering:
+            allowed[:] = full
     else:
         ends[0] = True
     n_cand = 0
@@ -331,15 +352,30 @@ def walk(nfa, dfa, g, trie, depth, hub, in_chain, exits, can_pop, track, allowed
         return NEED_SPACE
     states[0] = g
     for first in range(256):
+        covered = covering and in_chain[first]
+        if covered and table[g, first] != hub:  # these rows were allowed wholesale: undo
+            for j in range(group[first], group[first + 1]):
+                allowed[ids[j]] = False
+            covered = False
         if table[g, first] == 0:
             continue
         on_chain = hub != 0 and table[g, first] == hub
         known = 0  # states[0..known] hold the states of the prefix shared with this row
         dead_at = -1  # an earlier row sharing this row's prefix died reading byte dead_at
         dead_viable = False
-        for j in range(group[first], group[first + 1]):
-            known = min(known, lcp[j])
-            if dead_at >= 0 and lcp[j] > dead_at:
+        lo, hi = (
+            (exit_group[first], exit_group[first + 1])
+            if covered
+            else (
+                group[first],
+                group[first + 1],
+            )
+        )
+        for k in range(lo, hi):
+            j = exit_rows[k] if covered else k
+            shared = exit_lcp[k] if covered else lcp[j]
+            known = min(known, shared)
+            if dead_at >= 0 and shared > dead_at:
                 if dead_viable:
                     candidates[n_cand] = ids[j]
                     n_cand += 1
@@ -347,30 +383,21 @@ def walk(nfa, dfa, g, trie, depth, hub, in_chain, exits, can_pop, track, allowed
             dead_at = -1
             base = ptr[j]
             length = ptr[j + 1] - base
-            if on_chain and exits[j] == length:  # all on the chain: alive if it goes that far
-                if chain[0] < length and _extend_chain(
-                    nfa, dfa, chain, ends, in_chain, can_pop, length
-                ):
-                    return NEED_SPACE
-                if chain[0] >= length:
-                    allowed[ids[j]] = True
-                    continue
+            if on_chain and exits[j] == length and chain[0] >= length:
+                allowed[ids[j]] = True  # all on the chain, which goes that far
+                continue
             i = known
             s = states[i]
             v = passed[i]
             while i < length:
-                e = exits[j] if hub else 0
-                if e > i > 0:
-                    if chain[0] < e and _extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, e):
-                        return NEED_SPACE
-                    e = min(e, chain[0])
-                    if e > i and s == chain[i]:
-                        for k in range(i + 1, e + 1):
-                            states[k] = chain[k]
-                            passed[k] = v
-                        i = e
-                        s = chain[e]
-                        continue
+                e = min(exits[j], chain[0]) if hub else 0
+                if e > i > 0 and s == chain[i]:
+                    for x in range(i + 1, e + 1):
+                        states[x] = chain[x]
+                        passed[x] = v
+                    i = e
+                    s = chain[e]
+                    continue
                 if not done[s] and materialize(nfa, dfa, s) < 0:
                     return NEED_SPACE
                 b = data[base + i]

@@ -9,7 +9,7 @@ import numpy as np
 from grammars import lazydfa
 from grammars.tokenizer_info import TokenizerInfo
 
-_MAX_CACHED_LOOPS = 64
+_MAX_CACHED_CHAINS = 64
 
 
 class TokenTrie(NamedTuple):
@@ -44,6 +44,20 @@ def make_trie(ids: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> TokenTr
     return TokenTrie(np.asarray(ids, np.int64)[order], data, ptr, lcp, group)
 
 
+class ChainLayout(NamedTuple):
+    """The trie seen from a chain of states that each send every byte of a mask to the next
+    (see lazydfa.walk). exits[j]: the first position after the first byte where row j leaves
+    the mask (its length if never); full[id]: the token's bytes are all in the mask; rows[k]:
+    the rows starting with a byte of the mask that leave it later, in trie order, each sharing
+    lcp[k] bytes with the one before, those starting with byte b at group[b]:group[b + 1]."""
+
+    exits: np.ndarray
+    full: np.ndarray
+    rows: np.ndarray
+    lcp: np.ndarray
+    group: np.ndarray
+
+
 class Vocabulary:
     """Token bytes by id and as a sorted trie (for mask walks), built once per tokenizer."""
 
@@ -65,7 +79,7 @@ class Vocabulary:
         lengths = np.array([len(tb[i]) for i in usable], np.int64)
         self.trie = make_trie(np.array(usable, np.int64), rows, lengths)
         self.max_len = int(width)
-        self._loops: dict[int, np.ndarray] = {}
+        self._chains: dict[int, ChainLayout] = {}
         eos = np.zeros(self.size, bool)
         eos[self.eos_ids] = True
         self.eos_only = self.pack(eos)
@@ -81,13 +95,21 @@ class Vocabulary:
         bits = np.unpackbits(np.asarray(words, "<i4").view(np.uint8), bitorder="little")
         return bits[: self.size].astype(bool)
 
-    def loop_exits(self, mask: int) -> np.ndarray:
-        """For each row of the trie: the first position after the first byte whose byte is not
-        in `mask` (the row's length when there is none). Cached per mask."""
-        hit = self._loops.get(mask)
+    def chain_layout(self, mask: int) -> ChainLayout:
+        """The ChainLayout of the trie for a mask of bytes (cached per mask)."""
+        hit = self._chains.get(mask)
         if hit is None:
-            if len(self._loops) >= _MAX_CACHED_LOOPS:
-                self._loops.clear()
-            in_loop = np.array([mask >> b & 1 for b in range(256)], np.bool_)
-            hit = self._loops[mask] = lazydfa.loop_exits(self.trie.data, self.trie.ptr, in_loop)
+            if len(self._chains) >= _MAX_CACHED_CHAINS:
+                self._chains.clear()
+            in_mask = np.array([mask >> b & 1 for b in range(256)], np.bool_)
+            trie = self.trie
+            exits = lazydfa.chain_exits(trie.data, trie.ptr, in_mask)
+            lengths = np.diff(trie.ptr)
+            starts_in = in_mask[trie.data[trie.ptr[:-1]]]
+            full = np.zeros(self.size, np.bool_)
+            full[trie.ids[starts_in & (exits == lengths)]] = True
+            rows = np.nonzero(starts_in & (exits < lengths))[0]
+            lcp = lazydfa.shared_prefixes(trie.lcp, rows)
+            group = np.searchsorted(trie.data[trie.ptr[rows]], np.arange(257)).astype(np.int64)
+            hit = self._chains[mask] = ChainLayout(exits, full, rows, lcp, group)
         return hit
