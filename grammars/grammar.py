@@ -60,6 +60,7 @@ class Machine:
         self._rows: dict[int, list[int]] = {}
         self._live: dict[int, list[int]] = {}
         self._pushes: dict[int, tuple] = {}
+        self._utf8: dict[tuple[int, bool], bool] = {}
         self.rule_start = [
             self._run(lazydfa.intern_closure, np.array([s], np.int64)) for s in starts
         ]
@@ -241,6 +242,14 @@ class Machine:
                 mask |= 1 << b
         return hub, mask
 
+    def utf8_loop(self, hub: int, can_pop: bool) -> bool:
+        """Every multi-byte UTF-8 character leads state hub back to itself (lazydfa.utf8_closed)."""
+        key = (hub, can_pop)
+        out = self._utf8.get(key)
+        if out is None:
+            out = self._utf8[key] = self._run(lazydfa.utf8_closed, hub, can_pop) == 1
+        return out
+
     def walk(self, g: int, can_pop: bool, vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
         """(allowed, candidate ids): every token walked from g (see lazydfa.walk)."""
         allowed = np.zeros(vocab.size, np.bool_)
@@ -248,6 +257,11 @@ class Machine:
         track = bool(self.has_pushes or can_pop)
         hub, mask = self.chain(g)
         in_chain = np.array([mask >> b & 1 for b in range(256)], np.bool_)
+        utf8 = (
+            bool(hub)
+            and self.row(hub)[mask.bit_length() - 1] == hub
+            and self.utf8_loop(hub, can_pop)
+        )
         n_cand = self._run(
             lazydfa.walk,
             g,
@@ -255,7 +269,8 @@ class Machine:
             vocab.max_len,
             hub,
             in_chain,
-            vocab.chain_layout(mask),
+            utf8,
+            vocab.chain_layout(mask, utf8),
             bool(can_pop),
             track,
             allowed,

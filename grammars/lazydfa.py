@@ -283,6 +283,81 @@ def shared_prefixes(lcp, rows):
 
 
 @njit(cache=True, nogil=True)
+def _utf8_tail(lead):
+    """(continuation bytes a well-formed UTF-8 sequence starting with `lead` needs, low and high
+    bound of the first of them); (0, 0, 0) for a byte that cannot start one."""
+    if 0xC2 <= lead <= 0xDF:
+        return 1, 0x80, 0xBF
+    if lead == 0xE0:
+        return 2, 0xA0, 0xBF
+    if 0xE1 <= lead <= 0xEF:
+        return 2, 0x80, (0x9F if lead == 0xED else 0xBF)
+    if lead == 0xF0:
+        return 3, 0x90, 0xBF
+    if 0xF1 <= lead <= 0xF4:
+        return 3, 0x80, (0x8F if lead == 0xF4 else 0xBF)
+    return 0, 0, 0
+
+
+@njit(cache=True, nogil=True)
+def chain_stays(data, ptr, in_mask, utf8):
+    """For each row: it reads only bytes of the mask (and, with utf8, well-formed multi-byte
+    UTF-8 characters, the last one possibly cut short)."""
+    n = ptr.shape[0] - 1
+    out = np.zeros(n, np.bool_)
+    for j in range(n):
+        k, end = ptr[j], ptr[j + 1]
+        ok = True
+        while k < end and ok:
+            b = data[k]
+            k += 1
+            if in_mask[b]:
+                continue
+            need, lo, hi = _utf8_tail(b) if utf8 else (0, 0, 0)
+            if need == 0:
+                ok = False
+            while need and k < end:
+                if not lo <= data[k] <= hi:
+                    ok = False
+                    break
+                k += 1
+                need -= 1
+                lo, hi = 0x80, 0xBF
+        out[j] = ok
+    return out
+
+
+@njit(cache=True, nogil=True)
+def utf8_closed(nfa, dfa, hub, can_pop):
+    """1 when every well-formed multi-byte UTF-8 character read from state hub leads back to
+    hub, through states that send all the bytes each next position allows to one same state,
+    with no push or pop on the way; 0 when not; or NEED_SPACE."""
+    table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    for lead in range(0xC2, 0xF5):
+        need, lo, hi = _utf8_tail(lead)
+        if viable[hub, lead] or table[hub, lead] == 0:
+            return 0
+        s = table[hub, lead]
+        while need:
+            if not done[s] and materialize(nfa, dfa, s) < 0:
+                return NEED_SPACE
+            if can_pop and accept[s]:
+                return 0
+            t = table[s, lo]
+            for c in range(lo, hi + 1):
+                if table[s, c] != t or viable[s, c]:
+                    return 0
+            if t == 0:
+                return 0
+            s = t
+            need -= 1
+            lo, hi = 0x80, 0xBF
+        if s != hub:
+            return 0
+    return 1
+
+
+@njit(cache=True, nogil=True)
 def _extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, to):
     """Extend chain (chain[d] = the state after d bytes of the chain mask, chain[0] = its
     length) up to `to` bytes, stopping for good where a state does not send every byte of the
@@ -316,16 +391,20 @@ def _extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, to):
 
 
 @njit(cache=True, nogil=True)
-def walk(nfa, dfa, g, trie, depth, hub, in_chain, layout, can_pop, track, allowed, candidates):
+def walk(
+    nfa, dfa, g, trie, depth, hub, in_chain, utf8, layout, can_pop, track, allowed, candidates
+):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
     way; a row reuses the states of the prefix it shares with the rows before, and rows that
     share a dead prefix are skipped. `depth` is the longest row.
 
     `hub` (0: none) is the state most of g's first bytes lead to, the start of a chain of states
     that each send every byte of the mask `in_chain` to the next (a loop, or the steps of a
-    length counter); `layout` is the trie's vocabulary.ChainLayout for that mask. A row on the
-    chain jumps straight to its exit; when the chain is at least `depth` long, the tokens that
-    never leave it are allowed at once and only the others are walked.
+    length counter); `layout` is the trie's vocabulary.ChainLayout for that mask (and utf8). A
+    row on the chain jumps straight to its exit; when the chain is at least `depth` long, the
+    tokens that never leave it are allowed at once and only the others are walked. With utf8
+    (the chain is a loop that every multi-byte character leads back to: utf8_closed), tokens
+    that stay in the loop through such characters count as never leaving it.
 
     Sets allowed[id] for the tokens that end alive and writes to `candidates` those that died
     after passing, past their first byte, a state where a push or pop could continue them;
@@ -352,9 +431,10 @@ def walk(nfa, dfa, g, trie, depth, hub, in_chain, layout, can_pop, track, allowe
         return NEED_SPACE
     states[0] = g
     for first in range(256):
-        covered = covering and in_chain[first]
-        if covered and table[g, first] != hub:  # these rows were allowed wholesale: undo
-            for j in range(group[first], group[first + 1]):
+        lead = utf8 and _utf8_tail(first)[0] > 0
+        covered = covering and (in_chain[first] or lead)
+        if covered and table[g, first] != hub and not (lead and g == hub):
+            for j in range(group[first], group[first + 1]):  # allowed wholesale above: undo
                 allowed[ids[j]] = False
             covered = False
         if table[g, first] == 0:

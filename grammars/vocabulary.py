@@ -47,9 +47,10 @@ def make_trie(ids: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> TokenTr
 class ChainLayout(NamedTuple):
     """The trie seen from a chain of states that each send every byte of a mask to the next
     (see lazydfa.walk). exits[j]: the first position after the first byte where row j leaves
-    the mask (its length if never); full[id]: the token's bytes are all in the mask; rows[k]:
-    the rows starting with a byte of the mask that leave it later, in trie order, each sharing
-    lcp[k] bytes with the one before, those starting with byte b at group[b]:group[b + 1]."""
+    the mask (its length if never); full[id]: the token never leaves (lazydfa.chain_stays);
+    rows[k]: the rows starting with a byte of the mask (or a UTF-8 lead byte) that leave it
+    later, in trie order, each sharing lcp[k] bytes with the one before, those starting with
+    byte b at group[b]:group[b + 1]."""
 
     exits: np.ndarray
     full: np.ndarray
@@ -79,7 +80,7 @@ class Vocabulary:
         lengths = np.array([len(tb[i]) for i in usable], np.int64)
         self.trie = make_trie(np.array(usable, np.int64), rows, lengths)
         self.max_len = int(width)
-        self._chains: dict[int, ChainLayout] = {}
+        self._chains: dict[tuple[int, bool], ChainLayout] = {}
         eos = np.zeros(self.size, bool)
         eos[self.eos_ids] = True
         self.eos_only = self.pack(eos)
@@ -95,21 +96,24 @@ class Vocabulary:
         bits = np.unpackbits(np.asarray(words, "<i4").view(np.uint8), bitorder="little")
         return bits[: self.size].astype(bool)
 
-    def chain_layout(self, mask: int) -> ChainLayout:
-        """The ChainLayout of the trie for a mask of bytes (cached per mask)."""
-        hit = self._chains.get(mask)
+    def chain_layout(self, mask: int, utf8: bool = False) -> ChainLayout:
+        """The ChainLayout of the trie for a mask of bytes, where with utf8 well-formed
+        multi-byte characters count as staying in the mask (cached)."""
+        key = (mask, utf8)
+        hit = self._chains.get(key)
         if hit is None:
             if len(self._chains) >= _MAX_CACHED_CHAINS:
                 self._chains.clear()
             in_mask = np.array([mask >> b & 1 for b in range(256)], np.bool_)
             trie = self.trie
             exits = lazydfa.chain_exits(trie.data, trie.ptr, in_mask)
-            lengths = np.diff(trie.ptr)
-            starts_in = in_mask[trie.data[trie.ptr[:-1]]]
+            firsts = trie.data[trie.ptr[:-1]]
+            starts_in = in_mask[firsts] | (utf8 & (firsts >= 0xC2) & (firsts <= 0xF4))
+            stays = lazydfa.chain_stays(trie.data, trie.ptr, in_mask, utf8)
             full = np.zeros(self.size, np.bool_)
-            full[trie.ids[starts_in & (exits == lengths)]] = True
-            rows = np.nonzero(starts_in & (exits < lengths))[0]
+            full[trie.ids[starts_in & stays]] = True
+            rows = np.nonzero(starts_in & ~stays)[0]
             lcp = lazydfa.shared_prefixes(trie.lcp, rows)
             group = np.searchsorted(trie.data[trie.ptr[rows]], np.arange(257)).astype(np.int64)
-            hit = self._chains[mask] = ChainLayout(exits, full, rows, lcp, group)
+            hit = self._chains[key] = ChainLayout(exits, full, rows, lcp, group)
         return hit
