@@ -26,6 +26,7 @@ _MAX_JUMP = 4096
 _MAX_CACHED_MASKS = 20_000
 _MAX_CACHED_WALKS = 512
 _MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
+_WALK_ROOM = 256  # states a token walk may add without growing the arrays
 
 
 class Machine:
@@ -252,6 +253,8 @@ class Machine:
 
     def walk(self, g: int, can_pop: bool, vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
         """(allowed, candidate ids): every token walked from g (see lazydfa.walk)."""
+        if not lazydfa.has_room(self.dfa, _WALK_ROOM):  # grow now rather than walk twice
+            self.dfa = lazydfa.grown(self.dfa, _WALK_ROOM)
         allowed = np.zeros(vocab.size, np.bool_)
         candidates = np.empty(vocab.size, np.int64)
         track = bool(self.has_pushes or can_pop)

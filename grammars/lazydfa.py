@@ -599,9 +599,21 @@ def empty_dfa(capacity: int = 256) -> DFAArrays:
     return dfa
 
 
-def grown(dfa: DFAArrays) -> DFAArrays:
-    """Copies of the arrays with room for what the last call wanted."""
+def has_room(dfa: DFAArrays, states: int) -> bool:
+    """The arrays can take `states` more states (of a few members each) without growing."""
+    n, used = int(dfa.meta[_STATES]), int(dfa.meta[_MEM])
+    return (
+        n + states < dfa.accept.shape[0]
+        and 2 * (n + states) <= dfa.hkey.shape[0]
+        and used + 4 * states <= dfa.mem.shape[0]
+    )
+
+
+def grown(dfa: DFAArrays, states: int = 0) -> DFAArrays:
+    """Copies of the arrays with room for what the last call wanted, and for `states` more
+    states (of a few members each)."""
     n, used, pushes, want = (int(dfa.meta[i]) for i in (_STATES, _MEM, _PUSHES, _WANT))
+    want = max(want, 4 * states)
 
     def bigger(arr, size, fill=0):
         if size <= arr.shape[0]:
@@ -612,11 +624,11 @@ def grown(dfa: DFAArrays) -> DFAArrays:
 
     room = dfa.push_rule.shape[0]
     cap = dfa.accept.shape[0]
-    if n + 1 >= cap:
+    while n + 1 + states >= cap:
         cap *= 2
     size = dfa.hkey.shape[0]
-    rehashed = 2 * (n + 1) > size
-    if rehashed:
+    rehashed = 2 * (n + 1 + states) > size
+    while 2 * (n + 1 + states) > size:
         size *= 4
     out = DFAArrays(
         table=bigger(dfa.table, cap),
