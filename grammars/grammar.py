@@ -24,8 +24,9 @@ from grammars.vocabulary import Vocabulary
 _MAX_STACK_DEPTH = 2000
 _MAX_JUMP = 4096
 _MAX_CACHED_MASKS = 20_000
-_MAX_CACHED_WALKS = 512
+_MAX_CACHED_WALKS = 64  # frame walks are vocabulary-sized arrays
 _MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
+_NO_FOLLOW = np.zeros(256, np.bool_)
 _WALK_ROOM = 256  # states a token walk may add without growing the arrays
 
 
@@ -251,8 +252,12 @@ class Machine:
             out = self._utf8[key] = self._run(lazydfa.utf8_closed, hub, can_pop) == 1
         return out
 
-    def walk(self, g: int, can_pop: bool, vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
-        """(allowed, candidate ids): every token walked from g (see lazydfa.walk)."""
+    def walk(
+        self, g: int, follow: np.ndarray | None, vocab: Vocabulary
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(allowed, candidate ids): every token walked from g (see lazydfa.walk); `follow`:
+        the bytes the frame below can read after a pop (None: the frame cannot pop)."""
+        can_pop = follow is not None
         if not lazydfa.has_room(self.dfa, _WALK_ROOM):  # grow now rather than walk twice
             self.dfa = lazydfa.grown(self.dfa, _WALK_ROOM)
         allowed = np.zeros(vocab.size, np.bool_)
@@ -274,7 +279,8 @@ class Machine:
             in_chain,
             utf8,
             vocab.chain_layout(mask, utf8),
-            bool(can_pop),
+            can_pop,
+            follow if can_pop else _NO_FOLLOW,
             track,
             allowed,
             candidates,
@@ -309,7 +315,7 @@ class CompiledGrammar:
         self._steps: dict[int, int] = {}
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
-        self._walks: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray]] = {}
+        self._walks: dict[tuple[int, bytes | None], tuple[np.ndarray, np.ndarray]] = {}
         root = machine.rule_start[machine.root]
         self.initial = self._stackset(frozenset([self._stack(root, -1)]))
 
@@ -416,7 +422,7 @@ class CompiledGrammar:
         # frame; walks then only need to look for pushes and pops after the first byte
         for sid in self.closure(ss)[0]:
             g, parent = self._stacks[sid]
-            frame, candidates = self._walk_frame(g, parent >= 0)
+            frame, candidates = self._walk_frame(g, parent)
             allowed |= frame
             if len(candidates):
                 single = self._stackset(frozenset([sid]))
@@ -428,17 +434,22 @@ class CompiledGrammar:
             allowed[vocab.eos_ids] = True
         return vocab.pack(allowed)
 
-    def _walk_frame(self, g: int, can_pop: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _walk_frame(self, g: int, parent: int) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the
         tokens that stay in the frame and the ids that died after passing, past their first
-        byte, a state where a push or pop could have saved them (to be checked exactly; pushes
-        and pops before the first byte are other stacks of the closure, walked on their own)."""
-        key = (g, can_pop)
+        byte, a state where a push, or a pop followed by a byte the frame below (parent) can
+        read, could have saved them (to be checked exactly; pushes and pops before the first
+        byte are other stacks of the closure, walked on their own)."""
+        follow = None
+        if parent >= 0:
+            follow = np.zeros(256, np.bool_)
+            follow[self.live_bytes(self._stackset(frozenset([parent])))] = True
+        key = (g, None if follow is None else follow.tobytes())
         hit = self._walks.get(key)
         if hit is None:
             if len(self._walks) >= _MAX_CACHED_WALKS:
                 self._walks.clear()
-            hit = self._walks[key] = self.machine.walk(g, can_pop, self.vocab)
+            hit = self._walks[key] = self.machine.walk(g, follow, self.vocab)
         return hit
 
     def jump_forward_bytes(self, ss: int) -> bytes:

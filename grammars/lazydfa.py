@@ -392,7 +392,20 @@ def _extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, to):
 
 @njit(cache=True, nogil=True)
 def walk(
-    nfa, dfa, g, trie, depth, hub, in_chain, utf8, layout, can_pop, track, allowed, candidates
+    nfa,
+    dfa,
+    g,
+    trie,
+    depth,
+    hub,
+    in_chain,
+    utf8,
+    layout,
+    can_pop,
+    follow,
+    track,
+    allowed,
+    candidates,
 ):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
     way; a row reuses the states of the prefix it shares with the rows before, and rows that
@@ -407,8 +420,9 @@ def walk(
     that stay in the loop through such characters count as never leaving it.
 
     Sets allowed[id] for the tokens that end alive and writes to `candidates` those that died
-    after passing, past their first byte, a state where a push or pop could continue them;
-    returns the number of candidates, or NEED_SPACE."""
+    after passing, past their first byte, a state where a push could continue them, or (with
+    can_pop) a final state where the next byte is one of `follow`, the bytes the frame below
+    can read; returns the number of candidates, or NEED_SPACE."""
     ids, data, ptr, lcp, group = trie
     exits, full, exit_rows, exit_lcp, exit_group = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
@@ -481,7 +495,7 @@ def walk(
                 if not done[s] and materialize(nfa, dfa, s) < 0:
                     return NEED_SPACE
                 b = data[base + i]
-                if track and i > 0 and (viable[s, b] or (can_pop and accept[s])):
+                if track and i > 0 and (viable[s, b] or (can_pop and accept[s] and follow[b])):
                     v = True
                 s = table[s, b]
                 if s == 0:
