@@ -62,7 +62,7 @@ class Machine:
         self._rows: dict[int, list[int]] = {}
         self._live: dict[int, list[int]] = {}
         self._pushes: dict[int, tuple] = {}
-        self._utf8: dict[tuple[int, bool], bool] = {}
+        self._utf8: dict[tuple[int, int, bool], bool] = {}
         self.rule_start = [
             self._run(lazydfa.intern_closure, np.array([s], np.int64)) for s in starts
         ]
@@ -244,12 +244,13 @@ class Machine:
                 mask |= 1 << b
         return hub, mask
 
-    def utf8_loop(self, hub: int, can_pop: bool) -> bool:
-        """Every multi-byte UTF-8 character leads state hub back to itself (lazydfa.utf8_closed)."""
-        key = (hub, can_pop)
+    def utf8_into(self, src: int, hub: int, can_pop: bool) -> bool:
+        """Every multi-byte UTF-8 character read from state src leads to state hub
+        (lazydfa.utf8_closed)."""
+        key = (src, hub, can_pop)
         out = self._utf8.get(key)
         if out is None:
-            out = self._utf8[key] = self._run(lazydfa.utf8_closed, hub, can_pop) == 1
+            out = self._utf8[key] = self._run(lazydfa.utf8_closed, src, hub, can_pop) == 1
         return out
 
     def walk(
@@ -265,11 +266,9 @@ class Machine:
         track = bool(self.has_pushes or can_pop)
         hub, mask = self.chain(g)
         in_chain = np.array([mask >> b & 1 for b in range(256)], np.bool_)
-        utf8 = (
-            bool(hub)
-            and self.row(hub)[mask.bit_length() - 1] == hub
-            and self.utf8_loop(hub, can_pop)
-        )
+        loop = bool(hub) and self.row(hub)[mask.bit_length() - 1] == hub
+        utf8 = loop and self.utf8_into(hub, hub, can_pop)
+        utf8_from_g = utf8 and self.utf8_into(g, hub, can_pop)
         n_cand = self._run(
             lazydfa.walk,
             g,
@@ -278,6 +277,7 @@ class Machine:
             hub,
             in_chain,
             utf8,
+            utf8_from_g,
             vocab.chain_layout(mask, utf8),
             can_pop,
             follow if can_pop else _NO_FOLLOW,

@@ -328,16 +328,18 @@ def chain_stays(data, ptr, in_mask, utf8):
 
 
 @njit(cache=True, nogil=True)
-def utf8_closed(nfa, dfa, hub, can_pop):
-    """1 when every well-formed multi-byte UTF-8 character read from state hub leads back to
+def utf8_closed(nfa, dfa, src, hub, can_pop):
+    """1 when every well-formed multi-byte UTF-8 character read from state src leads to state
     hub, through states that send all the bytes each next position allows to one same state,
     with no push or pop on the way; 0 when not; or NEED_SPACE."""
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    if not done[src] and materialize(nfa, dfa, src) < 0:
+        return NEED_SPACE
     for lead in range(0xC2, 0xF5):
         need, lo, hi = _utf8_tail(lead)
-        if viable[hub, lead] or table[hub, lead] == 0:
+        if viable[src, lead] or table[src, lead] == 0:
             return 0
-        s = table[hub, lead]
+        s = table[src, lead]
         while need:
             if not done[s] and materialize(nfa, dfa, s) < 0:
                 return NEED_SPACE
@@ -400,6 +402,7 @@ def walk(
     hub,
     in_chain,
     utf8,
+    utf8_from_g,
     layout,
     can_pop,
     follow,
@@ -417,7 +420,8 @@ def walk(
     row on the chain jumps straight to its exit; when the chain is at least `depth` long, the
     tokens that never leave it are allowed at once and only the others are walked. With utf8
     (the chain is a loop that every multi-byte character leads back to: utf8_closed), tokens
-    that stay in the loop through such characters count as never leaving it.
+    that stay in the loop through such characters count as never leaving it, and with
+    utf8_from_g so do those that start with such a character (it leads from g to the hub).
 
     Sets allowed[id] for the tokens that end alive and writes to `candidates` those that died
     after passing, past their first byte, a state where a push could continue them, or (with
@@ -447,7 +451,7 @@ def walk(
     for first in range(256):
         lead = utf8 and _utf8_tail(first)[0] > 0
         covered = covering and (in_chain[first] or lead)
-        if covered and table[g, first] != hub and not (lead and g == hub):
+        if covered and table[g, first] != hub and not (lead and utf8_from_g):
             for j in range(group[first], group[first + 1]):  # allowed wholesale above: undo
                 allowed[ids[j]] = False
             covered = False
@@ -591,7 +595,7 @@ def freeze_nfa(nfa, rule_index: dict[str, int], finals, first: np.ndarray) -> NF
     )
 
 
-def empty_dfa(capacity: int = 256) -> DFAArrays:
+def empty_dfa(capacity: int = 1024) -> DFAArrays:
     dfa = DFAArrays(
         table=np.zeros((capacity, 256), np.int32),
         viable=np.zeros((capacity, 256), np.bool_),
