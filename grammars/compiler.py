@@ -18,7 +18,7 @@ from grammars.vocabulary import Vocabulary
 class GrammarCompiler:
     """Builds the vocabulary of a Hugging Face tokenizer once; compiles constraints against it."""
 
-    def __init__(self, tokenizer, vocab_size: int | None = None, cache_size: int = 256):
+    def __init__(self, tokenizer, vocab_size: int | None = None, cache_size: int = 64):
         info = (
             tokenizer
             if isinstance(tokenizer, TokenizerInfo)

@@ -23,8 +23,10 @@ from grammars.vocabulary import Vocabulary
 
 _MAX_STACK_DEPTH = 2000
 _MAX_JUMP = 4096
-_MAX_CACHED_MASKS = 20_000
-_MAX_CACHED_WALKS = 64  # frame walks are vocabulary-sized arrays
+# memory a compiled grammar may hold in memoised masks (packed) and frame walks (a byte per
+# token); past it the cache starts over
+_MASK_CACHE_BYTES = 64 << 20
+_WALK_CACHE_BYTES = 4 << 20
 _MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
 _NO_FOLLOW = np.zeros(256, np.bool_)
 _WALK_ROOM = 256  # states a token walk may add without growing the arrays
@@ -316,6 +318,8 @@ class CompiledGrammar:
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
         self._walks: dict[tuple[int, bytes | None], tuple[np.ndarray, np.ndarray]] = {}
+        self._mask_cap = max(256, _MASK_CACHE_BYTES // (4 * vocab.words))
+        self._walk_cap = max(4, _WALK_CACHE_BYTES // vocab.size)
         root = machine.rule_start[machine.root]
         self.initial = self._stackset(frozenset([self._stack(root, -1)]))
 
@@ -410,7 +414,7 @@ class CompiledGrammar:
     def mask(self, ss: int) -> np.ndarray:
         words = self._masks.get(ss)
         if words is None:
-            if len(self._masks) >= _MAX_CACHED_MASKS:  # bound memory on long-lived grammars
+            if len(self._masks) >= self._mask_cap:  # bound memory on long-lived grammars
                 self._masks.clear()
             words = self._masks[ss] = self._compute_mask(ss)
         return words
@@ -447,7 +451,7 @@ class CompiledGrammar:
         key = (g, None if follow is None else follow.tobytes())
         hit = self._walks.get(key)
         if hit is None:
-            if len(self._walks) >= _MAX_CACHED_WALKS:
+            if len(self._walks) >= self._walk_cap:
                 self._walks.clear()
             hit = self._walks[key] = self.machine.walk(g, follow, self.vocab)
         return hit
