@@ -14,6 +14,8 @@ an exact check of the few tokens that may leave the frame (push or pop) on the w
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from grammars import lazydfa
@@ -302,7 +304,8 @@ def _most_common_target(row: list[int], live: list[int]) -> int:
 
 
 class CompiledGrammar:
-    """Immutable from the outside and shared by every matcher; caches grow as states are met."""
+    """Immutable from the outside and shared by every matcher, in any thread; caches grow as
+    states are met (one lock per grammar guards their growth; cached lookups take no lock)."""
 
     def __init__(self, machine: Machine, vocab: Vocabulary, description: str = ""):
         self.machine = machine
@@ -318,6 +321,7 @@ class CompiledGrammar:
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
         self._walks: dict[tuple[int, bytes | None], tuple[np.ndarray, np.ndarray]] = {}
+        self._lock = threading.RLock()
         self._mask_cap = max(256, _MASK_CACHE_BYTES // (4 * vocab.words))
         self._walk_cap = max(4, _WALK_CACHE_BYTES // vocab.size)
         root = machine.rule_start[machine.root]
@@ -353,6 +357,11 @@ class CompiledGrammar:
         hit = self._closures.get(ss)
         if hit is not None:
             return hit
+        with self._lock:
+            hit = self._closures.get(ss)
+            return hit if hit is not None else self._new_closure(ss)
+
+    def _new_closure(self, ss: int) -> tuple[tuple[int, ...], bool]:
         m = self.machine
         todo = list(self._sets[ss])
         seen = set(todo)
@@ -379,6 +388,12 @@ class CompiledGrammar:
         out = self._steps.get(key)
         if out is not None:
             return out
+        with self._lock:
+            out = self._steps.get(key)
+            return out if out is not None else self._new_step(ss, b)
+
+    def _new_step(self, ss: int, b: int) -> int:
+        key = ss << 8 | b
         m = self.machine
         nxt = set()
         for sid in self.closure(ss)[0]:
@@ -403,20 +418,24 @@ class CompiledGrammar:
     def live_bytes(self, ss: int) -> list[int]:
         out = self._live.get(ss)
         if out is None:
-            m = self.machine
-            mask = set()
-            for sid in self.closure(ss)[0]:
-                mask.update(m.live(self._stacks[sid][0]))
-            out = self._live[ss] = sorted(mask)
+            with self._lock:
+                m = self.machine
+                mask = set()
+                for sid in self.closure(ss)[0]:
+                    mask.update(m.live(self._stacks[sid][0]))
+                out = self._live[ss] = sorted(mask)
         return out
 
     # -- masks --------------------------------------------------------------------------------
     def mask(self, ss: int) -> np.ndarray:
         words = self._masks.get(ss)
         if words is None:
-            if len(self._masks) >= self._mask_cap:  # bound memory on long-lived grammars
-                self._masks.clear()
-            words = self._masks[ss] = self._compute_mask(ss)
+            with self._lock:
+                words = self._masks.get(ss)
+                if words is None:
+                    if len(self._masks) >= self._mask_cap:  # bound memory on long-lived grammars
+                        self._masks.clear()
+                    words = self._masks[ss] = self._compute_mask(ss)
         return words
 
     def _compute_mask(self, ss: int) -> np.ndarray:

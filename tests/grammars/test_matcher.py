@@ -254,3 +254,35 @@ def test_sentencepiece_byte_fallback_vocabulary(sentencepiece_tokenizer):
     assert m.accept_string(" a ")
     allowed = np.nonzero(m.next_token_mask())[0].tolist()
     assert allowed == [vocab["<0xC3>"]]  # only the first byte of é can follow
+
+
+def test_one_grammar_shared_by_threads(compiler, smollm2_tokenizer):
+    """Matchers of one compiled grammar in several threads build its automaton and masks at the
+    same time and get the masks a single thread gets."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 40},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "n": {"type": "integer"},
+        },
+    }
+    text = '{"name": "Zoë and the threads", "tags": ["a", "bé", "c"], "n": 12}'
+    ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
+    shared = compiler.compile_json_schema(schema)
+
+    def masks(grammar):
+        m = grammar.matcher()
+        out = []
+        for t in ids:
+            out.append(m.next_token_mask())
+            assert m.accept_token(t)
+        return out
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: masks(shared), range(16)))
+    reference = masks(compiler.compile_json_schema({**schema, "title": "reference"}))
+    for result in results:
+        assert all(np.array_equal(a, b) for a, b in zip(result, reference, strict=True))
