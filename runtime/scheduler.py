@@ -114,6 +114,13 @@ class Scheduler:
         self.stats.prompt_tokens += len(prompt)
         self.waiting.append(req)
 
+    def warm_up_grammars(self) -> None:
+        """Compile the grammar kernels in the background, ahead of the first constrained
+        request (which would otherwise wait for them: seconds on a fresh install)."""
+        from grammars import warm_up
+
+        self._compile_pool().submit(warm_up)
+
     def _compile_pool(self) -> ThreadPoolExecutor:
         if self._grammar_pool is None:
             self._grammar_pool = ThreadPoolExecutor(1, thread_name_prefix="grammar")
