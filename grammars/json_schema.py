@@ -68,9 +68,6 @@ _UNSUPPORTED = {
     "if",
     "then",
     "else",
-    "dependencies",
-    "dependentRequired",
-    "dependentSchemas",
     "contains",
     "minContains",
     "maxContains",
@@ -80,6 +77,8 @@ _UNSUPPORTED = {
     "$dynamicRef",
     "$recursiveRef",
 }
+_DEPENDENCY_KEYWORDS = ("dependencies", "dependentRequired", "dependentSchemas")
+_MAX_DEPENDENCIES = 4  # each one doubles the object's alternatives
 _TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 _DIGIT = byte_set((0x30, 0x39))
 _DIGIT19 = byte_set((0x31, 0x39))
@@ -470,6 +469,8 @@ class _Builder:
         unsupported = [k for k in schema if k in _UNSUPPORTED]
         if unsupported:
             raise GrammarError(f"unsupported keyword {unsupported[0]!r} at {path}")
+        if any(k in schema for k in _DEPENDENCY_KEYWORDS):
+            return self.value(_split_dependencies(schema, path), path)
         if "not" in schema:
             return self.negation(schema, path)
         if "allOf" in schema:
@@ -859,6 +860,46 @@ class _Builder:
 
 
 # -- schema helpers -----------------------------------------------------------------------------
+def _split_dependencies(schema: dict, path: str):
+    """dependencies / dependentRequired / dependentSchemas as alternatives without them: for
+    each named property, one branch where it is absent and one where it is present together
+    with what it depends on (required names, or a schema merged in)."""
+    pairs = []
+    for key in _DEPENDENCY_KEYWORDS:
+        deps = schema.get(key) or {}
+        if not isinstance(deps, dict):
+            raise GrammarError(f"{key} must be an object at {path}")
+        pairs.extend((key, name, dep) for name, dep in deps.items())
+    if len(pairs) > _MAX_DEPENDENCIES:
+        raise GrammarError(
+            f"{pairs[0][0]}: more than {_MAX_DEPENDENCIES} dependencies are not supported ({path})"
+        )
+    branches = [{k: v for k, v in schema.items() if k not in _DEPENDENCY_KEYWORDS}]
+    for key, name, dep in pairs:
+        if isinstance(dep, list):
+            if not all(isinstance(n, str) for n in dep):
+                raise GrammarError(f"{key}: {name!r} must list property names ({path})")
+            dep = {"required": dep}
+        elif not isinstance(dep, (bool, dict)):
+            raise GrammarError(f"{key}: {name!r} must be a list or a schema ({path})")
+        split = []
+        for branch in branches:
+            required = list(branch.get("required") or [])
+            if name not in required:
+                absent = {**(branch.get("properties") or {}), name: False}
+                split.append({**branch, "properties": absent})
+            if dep is not False:
+                present = {
+                    **branch,
+                    "required": [*required, name] if name not in required else required,
+                }
+                split.append(present if dep is True else {"allOf": [present, dep]})
+        branches = split
+    if not branches:
+        return False
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
 def _types_of(schema: dict):
     t = schema.get("type")
     if t is None:

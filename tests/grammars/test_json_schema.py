@@ -242,6 +242,41 @@ CASES = [
         [1],
     ),
     ("empty schema", {}, [None, 1, "x", [1, {"a": []}], {"k": {"k": True}}], []),
+    (
+        "dependencies (property names and schemas)",
+        {
+            "type": "object",
+            "properties": {
+                "card": {"type": "integer"},
+                "billing": {"type": "string"},
+                "cvc": {"type": "string"},
+                "zip": {"type": "string"},
+            },
+            "dependencies": {
+                "card": ["billing"],
+                "zip": {"properties": {"cvc": {"maxLength": 3}}, "required": ["cvc"]},
+            },
+        },
+        [
+            {},
+            {"billing": "x"},
+            {"card": 1, "billing": "x"},
+            {"cvc": "1234"},
+            {"cvc": "12", "zip": "z"},
+        ],
+        [{"card": 1}, {"card": 1, "cvc": "1"}, {"zip": "z"}, {"cvc": "1234", "zip": "z"}],
+    ),
+    (
+        "dependentRequired and dependentSchemas",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "dependentRequired": {"a": ["b"]},
+            "dependentSchemas": {"b": {"properties": {"a": {"minimum": 10}}}},
+        },
+        [{"b": 1}, {"a": 10, "b": 1}, {}],
+        [{"a": 10}, {"a": 9, "b": 1}],
+    ),
 ]
 
 
@@ -284,6 +319,10 @@ def test_strict_mode_forbids_unnamed_properties(compiler, checker):
         ({"type": "string", "pattern": "(a)\\1"}, "pattern"),
         ({"$ref": "http://example.com/schema"}, "$ref"),
         ({"type": "wat"}, "type"),
+        (  # each dependency doubles the alternatives: at most four
+            {"type": "object", "dependencies": {k: ["z"] for k in "abcde"}},
+            "dependencies",
+        ),
     ],
 )
 def test_unsupported_keywords_raise_naming_them(compiler, schema, keyword):
