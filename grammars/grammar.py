@@ -190,10 +190,6 @@ class Machine:
             self.dfa = lazydfa.grown(self.dfa)
 
     @property
-    def table(self) -> np.ndarray:
-        return self.dfa.table
-
-    @property
     def accept(self) -> np.ndarray:
         return self.dfa.accept
 
@@ -269,20 +265,20 @@ class Machine:
         candidates = np.empty(vocab.size, np.int64)
         track = bool(self.has_pushes or can_pop)
         hub, mask = self.chain(g)
-        in_chain = np.array([mask >> b & 1 for b in range(256)], np.bool_)
         loop = bool(hub) and self.row(hub)[mask.bit_length() - 1] == hub
         utf8 = loop and self.utf8_into(hub, hub, can_pop)
         utf8_from_g = utf8 and self.utf8_into(g, hub, can_pop)
+        layout = vocab.chain_layout(mask, utf8)
         n_cand = self._run(
             lazydfa.walk,
             g,
             vocab.trie,
             vocab.max_len,
             hub,
-            in_chain,
+            layout.in_mask,
             utf8,
             utf8_from_g,
-            vocab.chain_layout(mask, utf8),
+            layout,
             can_pop,
             follow if can_pop else _NO_FOLLOW,
             track,

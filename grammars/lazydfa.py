@@ -428,7 +428,7 @@ def walk(
     can_pop) a final state where the next byte is one of `follow`, the bytes the frame below
     can read; returns the number of candidates, or NEED_SPACE."""
     ids, data, ptr, lcp, group = trie
-    exits, full, exit_rows, exit_lcp, exit_group = layout
+    exits, full, exit_rows, exit_lcp, exit_group, _ = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     states = np.empty(depth + 1, np.int64)
     passed = np.zeros(depth + 1, np.bool_)  # passed a viable point within the first d bytes
@@ -665,4 +665,5 @@ def grown(dfa: DFAArrays, states: int = 0) -> DFAArrays:
     )
     if rehashed:
         rehash(out)
+    out.meta[_WANT] = 0  # served
     return out

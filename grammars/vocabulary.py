@@ -57,6 +57,7 @@ class ChainLayout(NamedTuple):
     rows: np.ndarray
     lcp: np.ndarray
     group: np.ndarray
+    in_mask: np.ndarray  # the mask as 256 booleans
 
 
 class Vocabulary:
@@ -115,5 +116,5 @@ class Vocabulary:
             rows = np.nonzero(starts_in & ~stays)[0]
             lcp = lazydfa.shared_prefixes(trie.lcp, rows)
             group = np.searchsorted(trie.data[trie.ptr[rows]], np.arange(257)).astype(np.int64)
-            hit = self._chains[key] = ChainLayout(exits, full, rows, lcp, group)
+            hit = self._chains[key] = ChainLayout(exits, full, rows, lcp, group, in_mask)
         return hit
