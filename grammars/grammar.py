@@ -275,7 +275,6 @@ class Machine:
             vocab.trie,
             vocab.max_len,
             hub,
-            layout.in_mask,
             utf8,
             utf8_from_g,
             layout,

@@ -400,7 +400,6 @@ def walk(
     trie,
     depth,
     hub,
-    in_chain,
     utf8,
     utf8_from_g,
     layout,
@@ -415,8 +414,8 @@ def walk(
     share a dead prefix are skipped. `depth` is the longest row.
 
     `hub` (0: none) is the state most of g's first bytes lead to, the start of a chain of states
-    that each send every byte of the mask `in_chain` to the next (a loop, or the steps of a
-    length counter); `layout` is the trie's vocabulary.ChainLayout for that mask (and utf8). A
+    that each send every byte of a mask to the next (a loop, or the steps of a length counter);
+    `layout` is the trie's vocabulary.ChainLayout for that mask (and utf8). A
     row on the chain jumps straight to its exit; when the chain is at least `depth` long, the
     tokens that never leave it are allowed at once and only the others are walked. With utf8
     (the chain is a loop that every multi-byte character leads back to: utf8_closed), tokens
@@ -428,7 +427,7 @@ def walk(
     can_pop) a final state where the next byte is one of `follow`, the bytes the frame below
     can read; returns the number of candidates, or NEED_SPACE."""
     ids, data, ptr, lcp, group = trie
-    exits, full, exit_rows, exit_lcp, exit_group, _ = layout
+    exits, full, exit_rows, exit_lcp, exit_group, in_chain = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     states = np.empty(depth + 1, np.int64)
     passed = np.zeros(depth + 1, np.bool_)  # passed a viable point within the first d bytes
