@@ -35,7 +35,8 @@ _WALK_ROOM = 256  # states a token walk may add without growing the arrays
 
 
 class Machine:
-    """Rules compiled into one NFA with a lazily built DFA per rule."""
+    """Rules compiled into one NFA, frozen into arrays, with a lazily built DFA per rule (the
+    states are built by lazydfa's compiled kernels; this class keeps Python views of them)."""
 
     def __init__(self, rules: dict[str, tuple], root: str):
         names = list(rules)
