@@ -196,7 +196,7 @@ ENGINES = {
 def tokenizers():
     from transformers import PreTrainedTokenizerFast
 
-    from runtime.model_loader import load_tokenizer, resolve_model_path
+    from runtime.model.loader import load_tokenizer, resolve_model_path
 
     out = {"smollm2": load_tokenizer(resolve_model_path("smollm2"))}
     try:

@@ -94,7 +94,7 @@ def engine_decode(model_path: str, batches=(1, 32, 128), new_tokens=64) -> dict:
 def one_b_llama_folder() -> str:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from runtime.model_loader import copy_tokenizer_files, resolve_model_path
+    from runtime.model.loader import copy_tokenizer_files, resolve_model_path
 
     folder = tempfile.mkdtemp(prefix="llama1b-")
     cfg = LlamaConfig(

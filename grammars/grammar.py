@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from grammars import lazydfa
+from grammars import lazydfa, lazydfa_arrays
 from grammars.automaton import ALL_BYTES, NFA, mask_bytes
 from grammars.errors import GrammarError
 from grammars.vocabulary import Vocabulary
@@ -61,9 +61,9 @@ class Machine:
         self._check_left_recursion(starts, finals)
         self.has_pushes = any(nfa.nts)
         first = self._first_bytes(starts, finals)
-        self.arrays = lazydfa.freeze_nfa(nfa, self.rule_index, finals, first)
+        self.arrays = lazydfa_arrays.freeze_nfa(nfa, self.rule_index, finals, first)
         self.nfa = None  # everything below reads the arrays
-        self.dfa = lazydfa.empty_dfa()
+        self.dfa = lazydfa_arrays.empty_dfa()
         self._rows: dict[int, list[int]] = {}
         self._live: dict[int, list[int]] = {}
         self._pushes: dict[int, tuple] = {}
@@ -188,7 +188,7 @@ class Machine:
             code = out[0] if isinstance(out, tuple) else out
             if code != lazydfa.NEED_SPACE:
                 return out
-            self.dfa = lazydfa.grown(self.dfa)
+            self.dfa = lazydfa_arrays.grown(self.dfa)
 
     @property
     def accept(self) -> np.ndarray:
@@ -260,8 +260,8 @@ class Machine:
         """(allowed, candidate ids): every token walked from g (see lazydfa.walk); `follow`:
         the bytes the frame below can read after a pop (None: the frame cannot pop)."""
         can_pop = follow is not None
-        if not lazydfa.has_room(self.dfa, _WALK_ROOM):  # grow now rather than walk twice
-            self.dfa = lazydfa.grown(self.dfa, _WALK_ROOM)
+        if not lazydfa_arrays.has_room(self.dfa, _WALK_ROOM):  # grow now rather than walk twice
+            self.dfa = lazydfa_arrays.grown(self.dfa, _WALK_ROOM)
         allowed = np.zeros(vocab.size, np.bool_)
         candidates = np.empty(vocab.size, np.int64)
         track = bool(self.has_pushes or can_pop)

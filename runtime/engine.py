@@ -7,9 +7,9 @@ import uuid
 from dataclasses import dataclass
 
 from runtime.outputs import GenerationResult
-from runtime.request import Req
-from runtime.sampling_params import SamplingParams
-from runtime.scheduler import Scheduler
+from runtime.sampling.params import SamplingParams
+from runtime.scheduler.req import Req
+from runtime.scheduler.scheduler import Scheduler
 from runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)

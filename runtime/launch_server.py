@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from runtime.http_server import launch_server
+    from runtime.server.launcher import launch_server
 
     args = ServerArgs.from_cli(build_parser().parse_args(argv))
     launch_server(args)

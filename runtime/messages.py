@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.sampling_params import SamplingParams
+from runtime.sampling.params import SamplingParams
 
 
 @dataclass

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from dataclasses import dataclass, field
 
-from runtime.model_loader import DEFAULT_MODEL
+from runtime.model.loader import DEFAULT_MODEL
 
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ATTENTION_BACKENDS = ("torch", "triton")

@@ -10,7 +10,7 @@ from grammars import GrammarCompiler
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer():
-    from runtime.model_loader import load_tokenizer, resolve_model_path
+    from runtime.model.loader import load_tokenizer, resolve_model_path
 
     return load_tokenizer(resolve_model_path("smollm2"))
 

@@ -17,7 +17,7 @@ _worker = {}
 def _init():
     os.environ["HF_HUB_OFFLINE"] = "1"
     from grammars import GrammarCompiler
-    from runtime.model_loader import load_tokenizer, resolve_model_path
+    from runtime.model.loader import load_tokenizer, resolve_model_path
 
     tok = load_tokenizer(resolve_model_path("smollm2"))
     _worker["tok"], _worker["gc"] = tok, GrammarCompiler(tok)

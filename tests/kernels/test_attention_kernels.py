@@ -19,7 +19,7 @@ CASES = [(ratio, head_dim) for ratio in (1, 3, 8) for head_dim in (64, 80, 96, 1
 
 
 def make_pool(slots: int, kv_heads: int, head_dim: int, dtype, gen):
-    # a head-major pool viewed as [slots, kv_heads, head_dim], like runtime.memory_pool
+    # a head-major pool viewed as [slots, kv_heads, head_dim], like runtime.cache.memory_pool
     k = torch.randn(kv_heads, slots, head_dim, generator=gen).to(DEVICE, dtype).transpose(0, 1)
     v = torch.randn(kv_heads, slots, head_dim, generator=gen).to(DEVICE, dtype).transpose(0, 1)
     return k, v
@@ -90,7 +90,7 @@ def test_token_bitmask(indices):
 
 def test_whole_model_on_triton_backend_matches_torch(tmp_path):
     from runtime import Engine
-    from runtime.model_loader import resolve_model_path
+    from runtime.model.loader import resolve_model_path
     from tests.runtime.conftest import make_tiny_model
 
     folder = make_tiny_model(str(tmp_path), resolve_model_path("smollm2"), "llama", seed=5)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from runtime.model_loader import copy_tokenizer_files, resolve_model_path
+from runtime.model.loader import copy_tokenizer_files, resolve_model_path
 
 
 @pytest.fixture(scope="session")

@@ -129,9 +129,9 @@ def test_input_logprobs_match_a_direct_forward(engine, smollm2_folder):
 
 def test_penalties_change_the_distribution_as_defined(engine):
     """Logprobs are of the raw distribution; penalties act on what is sampled."""
-    from runtime.request import Req
-    from runtime.sampler import apply_penalties
-    from runtime.sampling_params import SamplingParams
+    from runtime.sampling.params import SamplingParams
+    from runtime.sampling.sampler import apply_penalties
+    from runtime.scheduler.req import Req
 
     logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
     req = Req(
@@ -287,8 +287,8 @@ def test_constrained_decoding_json_regex_ebnf_choices(engine):
 def test_grammars_compile_off_the_scheduler_loop(engine):
     """Constraints compile in a worker thread; a request waits for its grammar, an unusable
     one ends the request with a message instead of stopping the loop."""
-    from runtime.request import Req
-    from runtime.sampling_params import SamplingParams
+    from runtime.sampling.params import SamplingParams
+    from runtime.scheduler.req import Req
 
     sched = engine.scheduler
     ok = Req("ok", [1, 2, 3], SamplingParams(max_new_tokens=4, regex="[0-9]{4}"))

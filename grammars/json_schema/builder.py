@@ -1,0 +1,353 @@
+"""The schema walker: $ref resolution, type dispatch and the combinators (anyOf, oneOf, allOf,
+not, enum, const)."""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+from grammars.automaton import EMPTY, NOTHING, alt, byte_set, cat, difference, lit, opt, rep
+from grammars.errors import GrammarError
+from grammars.json_schema.containers import _ContainerNodes
+from grammars.json_schema.core import (
+    _ANNOTATIONS,
+    _DEPENDENCY_KEYWORDS,
+    _UNSUPPORTED,
+    _constants,
+    _constrains,
+    _has_rules,
+    _implied_types,
+    _json_type,
+    _types_of,
+    _value_types,
+    node_size,
+)
+from grammars.json_schema.numbers import _NUMBER, _number_literal, number_node
+from grammars.json_schema.rewrite import _merge, _split_dependencies
+from grammars.json_schema.strings import _string_literal, string_node
+
+_WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
+_MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
+
+
+def schema_to_rules(
+    schema, *, any_whitespace: bool = True, separators=None, strict: bool = False
+) -> tuple[dict, str]:
+    builder = _Builder(schema, any_whitespace, separators, strict)
+    try:
+        root = builder.value(schema, "#")
+    except RecursionError:
+        raise GrammarError(
+            "schema nested too deeply (or recursive through allOf/$ref siblings)"
+        ) from None
+    return {"root": root, **builder.rules}, "root"
+
+
+# -- the builder --------------------------------------------------------------------------------
+class _Builder(_ContainerNodes):
+    def __init__(self, root, any_whitespace: bool, separators, strict: bool):
+        self.root_schema = root
+        self.strict = strict
+        if any_whitespace:
+            ws = rep(_WS, 0, None)
+            self.ws = ws
+            self.item_sep = cat(ws, lit(","), ws)
+            self.key_sep = cat(ws, lit(":"), ws)
+            # before a rule reference the whitespace after the separator belongs to the rule
+            # (rules start with optional whitespace), so no push follows a whitespace loop
+            self.item_sep_push = cat(ws, lit(","))
+            self.key_sep_push = cat(ws, lit(":"))
+        else:
+            item, key = separators or (", ", ": ")
+            self.ws = EMPTY
+            self.item_sep, self.key_sep = lit(item), lit(key)
+            self.item_sep_push, self.key_sep_push = self.item_sep, self.key_sep
+        draft = str(root.get("$schema", "")) if isinstance(root, dict) else ""
+        self.ref_siblings_apply = "2019-09" in draft or "2020-12" in draft or not draft
+        self.rules: dict[str, tuple] = {}
+        self._expanding: list[str] = []
+        self._recursive: set[str] = set()
+        self._ref_nodes: dict[str, tuple] = {}
+        self._ref_rules: dict[str, str] = {}
+
+    # -- references --
+    def resolve(self, ref: str):
+        if not isinstance(ref, str):
+            raise GrammarError("$ref must be a string")
+        if not ref.startswith("#"):
+            raise GrammarError(f"$ref: only local references (#...) are supported, got {ref!r}")
+        target = self.root_schema
+        pointer = unquote(ref[1:])
+        if pointer and not pointer.startswith("/"):
+            raise GrammarError(f"$ref: anchors are not supported ({ref!r})")
+        for part in pointer.split("/")[1:]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            try:
+                target = target[int(part)] if isinstance(target, list) else target[part]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise GrammarError(f"$ref: cannot resolve {ref!r}") from None
+        return target, "#" + pointer
+
+    def ref_node(self, ref: str) -> tuple:
+        target, key = self.resolve(ref)
+        name = self._ref_rules.get(key)
+        if name is not None:
+            return ("nt", name)
+        if key in self._expanding:  # recursion: this reference becomes a rule
+            self._recursive.add(key)
+            name = self._ref_rules[key] = f"ref{len(self._ref_rules)}"
+            return ("nt", name)
+        cached = self._ref_nodes.get(key)
+        if cached is not None:
+            if node_size(cached) <= _MAX_INLINE_USES:
+                return cached
+            name = self._ref_rules[key] = f"ref{len(self._ref_rules)}"
+            self.rules[name] = cat(self.ws, cached)
+            return ("nt", name)
+        self._expanding.append(key)
+        try:
+            node = self.value(target, key)
+        finally:
+            self._expanding.pop()
+        if key in self._recursive:
+            self.rules[self._ref_rules[key]] = cat(self.ws, node)
+        else:
+            self._ref_nodes[key] = node
+        return node
+
+    # -- values --
+    def any_value(self) -> tuple:
+        """Any JSON value; nested values go through the rule "any" (recursion)."""
+        if "any" not in self.rules:
+            self.rules["any"] = NOTHING  # placeholder while building (recursive)
+            self.rules["any"] = cat(self.ws, self._any_body(("nt", "any")))
+        return self._any_body(("nt", "any"))
+
+    def _any_body(self, inner) -> tuple:
+        ws = self.ws
+        array = cat(
+            lit("["), opt(cat(inner, rep(cat(self.item_sep_push, inner), 0, None))), ws, lit("]")
+        )
+        member = cat(string_node({}), self.key_sep_push, inner)
+        obj = cat(
+            lit("{"), ws, opt(cat(member, rep(cat(self.item_sep, member), 0, None))), ws, lit("}")
+        )
+        return alt(lit("null"), lit("true"), lit("false"), _NUMBER, string_node({}), array, obj)
+
+    def value(self, schema, path: str) -> tuple:
+        if schema is True:
+            return self.any_value()
+        if schema is False:
+            return NOTHING
+        if not isinstance(schema, dict):
+            raise GrammarError(f"schema at {path} must be an object or a boolean")
+        if "$ref" in schema:
+            siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in _ANNOTATIONS}
+            if not siblings or not self.ref_siblings_apply:
+                # before draft 2019-09, keywords beside $ref are ignored
+                return self.ref_node(schema["$ref"])
+            target, key = self.resolve(schema["$ref"])
+            if key in self._expanding:
+                raise GrammarError(f"$ref: sibling keywords on a recursive reference ({path})")
+            self._expanding.append(key)
+            try:
+                return self.value(
+                    _merge(target, siblings, path) if isinstance(target, dict) else siblings, path
+                )
+            finally:
+                self._expanding.pop()
+        unsupported = [k for k in schema if k in _UNSUPPORTED]
+        if unsupported:
+            raise GrammarError(f"unsupported keyword {unsupported[0]!r} at {path}")
+        if any(k in schema for k in _DEPENDENCY_KEYWORDS):
+            return self.value(_split_dependencies(schema, path), path)
+        if "not" in schema:
+            return self.negation(schema, path)
+        if "allOf" in schema:
+            merged = {k: v for k, v in schema.items() if k != "allOf"}
+            for i, sub in enumerate(schema["allOf"]):
+                sub = self._deref(sub, path)
+                merged = _merge(merged, sub, f"{path}/allOf/{i}")
+            return self.value(self._expand_alternatives(merged, path), path)
+        if "__alternatives" in schema:  # left by merging two anyOf/oneOf
+            return self.value(self._expand_alternatives(schema, path), path)
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                base = {k: v for k, v in schema.items() if k != key}
+                branches = schema[key]
+                if not isinstance(branches, list) or not branches:
+                    raise GrammarError(f"{key} must be a non-empty list at {path}")
+                nodes = []
+                for i, sub in enumerate(branches):
+                    if _constrains(base):
+                        if isinstance(sub, dict) and "$ref" in sub:
+                            target, _ = self.resolve(sub["$ref"])
+                            sub = target
+                        sub = _merge(base, sub, f"{path}/{key}/{i}")
+                    nodes.append(self.value(sub, f"{path}/{key}/{i}"))
+                if key == "oneOf":
+                    resolved = [self._deref(b, path) for b in branches]
+                    if isinstance(base, dict) and _constrains(base):
+                        resolved = [_merge(base, b, path) for b in resolved]
+                    undecided = [
+                        i
+                        for i in range(len(nodes))
+                        if any(
+                            not self._disjoint(resolved[i], resolved[j], path)
+                            for j in range(len(nodes))
+                            if j != i
+                        )
+                    ]
+                    _check_exclusive([nodes[i] for i in undecided], path)
+                return alt(*nodes)
+        if "const" in schema:
+            return self.literal(schema["const"], path)
+        if "enum" in schema:
+            values = schema["enum"]
+            if not isinstance(values, list):
+                raise GrammarError(f"enum must be a list at {path}")
+            types = _types_of(schema)
+            kept = [
+                v
+                for v in values
+                if types is None
+                or _json_type(v) in types
+                or (_json_type(v) == "integer" and "number" in types)
+            ]
+            return alt(*(self.literal(v, path) for v in kept))
+        types = _types_of(schema)
+        if types is None:
+            types = _implied_types(schema)
+        if types is None:
+            return self.any_value()
+        return alt(*(self.typed(t, schema, path) for t in types))
+
+    def _disjoint(self, a, b, path: str) -> bool:
+        """True when no value can match both schemas (by type, const/enum, or a required
+        property whose allowed constants differ)."""
+        a, b = self._deref(a, path), self._deref(b, path)
+        if a is False or b is False:
+            return True
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            return False
+        ta, tb = _value_types(a), _value_types(b)
+        if ta is not None and tb is not None and not (ta & tb):
+            return True
+        ca, cb = _constants(a), _constants(b)
+        if ca is not None and cb is not None and not any(x in cb for x in ca):
+            return True
+        pa, pb = a.get("properties") or {}, b.get("properties") or {}
+        for name in set(a.get("required") or []) & set(b.get("required") or []):
+            if name in pa and name in pb:
+                va, vb = self._deref(pa[name], path), self._deref(pb[name], path)
+                if isinstance(va, dict) and isinstance(vb, dict):
+                    ca, cb = _constants(va), _constants(vb)
+                    if ca is not None and cb is not None and not any(x in cb for x in ca):
+                        return True
+        return False
+
+    def negation(self, schema: dict, path: str) -> tuple:
+        """`not`, exact where both sides are regular: the base language minus the negated one."""
+        base = {k: v for k, v in schema.items() if k != "not"}
+        negated = self._deref(schema["not"], path)
+        if isinstance(negated, dict) and set(negated) - _ANNOTATIONS == {"type"}:
+            excluded = _types_of(negated) or []
+            if "number" in excluded:
+                excluded = excluded + ["integer"]
+            types = _types_of(base) or ["null", "boolean", "object", "array", "string", "number"]
+            kept = [t for t in types if t not in excluded]
+            if "number" in types and "integer" in excluded and "number" not in excluded:
+                raise GrammarError(f"not: excluding integers from numbers ({path})")
+            if not kept:
+                return NOTHING
+            return self.value({**base, "type": kept}, path)
+        base_node = self.value(base, path)
+        negated_node = self.value(negated, path + "/not")
+        if _has_rules(base_node) or _has_rules(negated_node):
+            raise GrammarError(
+                f"not: only supported where both sides are non-recursive and fully typed ({path})"
+            )
+        if node_size(base_node) > 5000 or node_size(negated_node) > 5000:
+            raise GrammarError(f"not: schema too large to negate ({path})")
+        return difference(base_node, negated_node)
+
+    def _deref(self, sub, path: str):
+        while isinstance(sub, dict) and "$ref" in sub:
+            target, _ = self.resolve(sub["$ref"])
+            extra = {k: v for k, v in sub.items() if k != "$ref"}
+            sub = _merge(target, extra, path) if extra else target
+        return sub
+
+    def _expand_alternatives(self, schema: dict, path: str) -> dict:
+        """anyOf/oneOf lists collected while merging allOf: one anyOf of their combinations."""
+        if not isinstance(schema, dict):
+            return schema
+        groups = list(schema.pop("__alternatives", None) or [])
+        if not groups:
+            return schema
+        for kind in ("anyOf", "oneOf"):
+            if kind in schema:
+                groups.append((kind, schema.pop(kind)))
+        combos = [{}]
+        for kind, branches in groups:
+            if kind == "oneOf" and len(groups) > 1:
+                raise GrammarError(f"oneOf: cannot combine with other alternatives ({path})")
+            combos = [_merge(c, self._deref(b, path), path) for c in combos for b in branches]
+            if len(combos) > 64:
+                raise GrammarError(f"allOf: too many combinations of anyOf/oneOf ({path})")
+        out = dict(schema)
+        out[groups[0][0] if len(groups) == 1 else "anyOf"] = combos
+        return out
+
+    def literal(self, value, path: str) -> tuple:
+        ws = self.ws
+        if value is None:
+            return lit("null")
+        if isinstance(value, (bool, int, float)):
+            return _number_literal(value)
+        if isinstance(value, str):
+            return _string_literal(value)
+        if isinstance(value, list):
+            items = [self.literal(v, path) for v in value]
+            if not items:
+                return cat(lit("["), ws, lit("]"))
+            body = [items[0]] + [cat(self.item_sep, x) for x in items[1:]]
+            return cat(lit("["), ws, *body, ws, lit("]"))
+        if isinstance(value, dict):
+            members = [
+                cat(_string_literal(k), self.key_sep, self.literal(v, path))
+                for k, v in value.items()
+            ]
+            if not members:
+                return cat(lit("{"), ws, lit("}"))
+            body = [members[0]] + [cat(self.item_sep, x) for x in members[1:]]
+            return cat(lit("{"), ws, *body, ws, lit("}"))
+        raise GrammarError(f"const/enum value of unsupported type at {path}")
+
+    def typed(self, t: str, schema: dict, path: str) -> tuple:
+        if t == "null":
+            return lit("null")
+        if t == "boolean":
+            return alt(lit("true"), lit("false"))
+        if t in ("integer", "number"):
+            return number_node(schema, t == "integer", path)
+        if t == "string":
+            return string_node(schema, path)
+        if t == "array":
+            return self.array_node(schema, path)
+        if t == "object":
+            return self.object_node(schema, path)
+        raise GrammarError(f"type: unknown type {t!r} at {path}")
+
+
+def _check_exclusive(nodes, path: str) -> None:
+    """oneOf is enforced as anyOf, which is exact only when no value matches two branches."""
+    from grammars.automaton import EagerDFA
+
+    for n in nodes:
+        if _has_rules(n) or node_size(n) > 2000:
+            raise GrammarError(f"oneOf: branches that may overlap are not supported ({path})")
+    dfas = [EagerDFA.from_node(n) for n in nodes]
+    for i in range(len(dfas)):
+        for j in range(i + 1, len(dfas)):
+            if not dfas[i].product(dfas[j], "and").is_empty():
+                raise GrammarError(f"oneOf: branches {i} and {j} overlap ({path})")

@@ -1,0 +1,155 @@
+"""Strings: literals, minLength/maxLength, pattern and format."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from grammars.automaton import NOTHING, cat, lit, rep
+from grammars.errors import GrammarError
+from grammars.regex import ANY_CHAR, json_chars, regex_to_node
+
+_STRING_CHAR = json_chars(ANY_CHAR)
+_FORMATS = {
+    "date": r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
+    "time": r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])",
+    "date-time": r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])",
+    "email": r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+",
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "uri": r"[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`]*",
+    "ipv4": r"((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
+    "uri-reference": r"[^\s<>\"{}|\\^`]*",
+    "json-pointer": r"(/([^~/]|~[01])*)*",
+    "hostname": r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
+}
+# standard formats a validator may check that are not enforced here: they raise GrammarError
+_UNENFORCED_FORMATS = {
+    "regex",
+    "uri-template",
+    "idn-email",
+    "idn-hostname",
+    "iri",
+    "iri-reference",
+    "relative-json-pointer",
+    "duration",
+}
+_H = "[0-9a-fA-F]{1,4}"
+_V4 = _FORMATS["ipv4"]
+_FORMATS["ipv6"] = "|".join(
+    [
+        f"({_H}:){{7}}{_H}",
+        f"({_H}:){{1,7}}:",
+        f"({_H}:){{1,6}}:{_H}",
+        f"({_H}:){{1,5}}(:{_H}){{1,2}}",
+        f"({_H}:){{1,4}}(:{_H}){{1,3}}",
+        f"({_H}:){{1,3}}(:{_H}){{1,4}}",
+        f"({_H}:){{1,2}}(:{_H}){{1,5}}",
+        f"{_H}:(:{_H}){{1,6}}",
+        f":((:{_H}){{1,7}}|:)",
+        f"({_H}:){{6}}{_V4}",
+        f"::({_H}:){{0,5}}{_V4}",
+        f"({_H}:){{1,5}}:{_V4}",
+    ]
+)
+
+
+def _string_literal(text: str) -> tuple:
+    """The JSON spelling of a fixed string: printable ASCII as is, what must be escaped in its
+    short form (or \\u00XX), other characters raw or as \\uXXXX escapes."""
+    parts = [lit('"')]
+    for ch in text:
+        c = ord(ch)
+        if 0x20 <= c < 0x7F and ch not in '"\\':
+            parts.append(lit(ch))
+        elif ch in '"\\\b\f\n\r\t':
+            parts.append(lit(json.dumps(ch)[1:-1]))
+        else:
+            parts.append(json_chars([(c, c)]))
+    parts.append(lit('"'))
+    return cat(*parts)
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern_dfa(pattern: str, search: bool):
+    from grammars.automaton import EagerDFA
+
+    return EagerDFA.from_node(regex_to_node(pattern, json_mode=True, search=search))
+
+
+@functools.lru_cache(maxsize=256)
+def _length_dfa(lo: int, hi: int | None):
+    """Strings of lo..hi characters (JSON spelling), built directly as a counter automaton."""
+    from grammars.automaton import EagerDFA, StateIndex
+
+    if lo > 10_000 or (hi is not None and hi > 10_000):
+        raise GrammarError("minLength/maxLength: lengths above 10000 are not supported")
+    char = _char_dfa()
+    top = hi if hi is not None else lo
+    out = EagerDFA()
+    states = StateIndex(out, 1 << 30, "")  # size bounded by the 10000 limit above
+
+    def state(i, c):
+        return states((i, c), c == char.start and lo <= i and (hi is None or i <= hi))
+
+    out.start = state(0, char.start)
+    while states.todo:
+        i, c = states.todo.pop()
+        trans = out.trans[states.index[(i, c)]]
+        for cm, t in char.trans[c]:
+            if char.accept[t]:
+                j = i + 1 if i < top else (top if hi is None else None)
+                if j is None:
+                    continue
+                trans.append((cm, state(j, char.start)))
+            else:
+                trans.append((cm, state(i, t)))
+    return out.trimmed()
+
+
+@functools.lru_cache(maxsize=1)
+def _char_dfa():
+    from grammars.automaton import EagerDFA
+
+    dfa = EagerDFA.from_node(_STRING_CHAR)
+    assert not any(dfa.trans[s] for s in range(len(dfa.trans)) if dfa.accept[s])
+    return dfa
+
+
+def string_node(schema: dict, path: str = "#") -> tuple:
+    lo = schema.get("minLength", 0)
+    hi = schema.get("maxLength")
+    if isinstance(lo, float) and lo.is_integer():
+        lo = int(lo)
+    if isinstance(hi, float) and hi.is_integer():
+        hi = int(hi)
+    if not isinstance(lo, int) or (hi is not None and not isinstance(hi, int)):
+        raise GrammarError(f"minLength/maxLength must be integers at {path}")
+    if hi is not None and hi < lo:
+        return NOTHING
+    patterns = []
+    if "pattern" in schema:
+        patterns.append((schema["pattern"], True))
+    fmt = schema.get("format")
+    if fmt in _FORMATS:
+        patterns.append((_FORMATS[fmt], False))
+    elif fmt in _UNENFORCED_FORMATS:
+        raise GrammarError(f"format: {fmt!r} is not supported ({path})")
+    if not patterns:
+        if lo == 0 and hi is None:
+            return cat(lit('"'), rep(_STRING_CHAR, 0, None), lit('"'))
+        return cat(lit('"'), ("dfa", _length_dfa(lo, hi)), lit('"'))
+    body = None
+    for pattern, search in patterns:
+        dfa = _pattern_dfa(pattern, search)
+        body = dfa if body is None else body.product(dfa, "and")
+    if lo > 0 or hi is not None:
+        shortest, longest = body.path_lengths()
+        # a character takes 1 to 12 bytes in a JSON string (a surrogate pair escape)
+        redundant = shortest >= 12 * lo and longest is not None and (hi is None or longest <= hi)
+        if not redundant:
+            if hi is not None and hi > 512:
+                raise GrammarError(
+                    f"maxLength: {hi} combined with pattern/format is too large to enforce ({path})"
+                )
+            body = body.product(_length_dfa(lo, hi), "and")
+    return cat(lit('"'), ("dfa", body), lit('"'))

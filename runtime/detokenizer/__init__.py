@@ -1,0 +1,1 @@
+"""The detokenizer process and incremental decoding of token ids to text."""

@@ -1,0 +1,1 @@
+"""The model: config, loading (GGUF too), layers, architectures, attention backends, the runner."""

@@ -1,0 +1,1 @@
+"""Attention over the token-index KV pool: one module per backend, `registry` picks one."""

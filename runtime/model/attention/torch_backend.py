@@ -1,0 +1,99 @@
+"""The `torch` attention backend: scaled_dot_product_attention and batched decode on torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from runtime.model.attention.base import AttentionBackend, ForwardBatch
+
+
+@dataclass
+class _TorchMetadata:
+    decode_rows: torch.Tensor | None  # rows of q that are decodes
+    decode_slots: torch.Tensor | None  # [B, Lmax] KV slots, padded with slot 0
+    decode_mask: torch.Tensor | None  # [KVH * B, 1, Lmax] True where padding; None if none
+    extends: list[tuple[int, int, torch.Tensor, torch.Tensor | None]]  # q start, end, slots, mask
+
+
+class TorchAttentionBackend(AttentionBackend):
+    """Reference backend on torch's scaled_dot_product_attention; the CPU default."""
+
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        table = self.req_to_token_pool.req_to_token
+        decode_rows, decode_reqs, extends = [], [], []
+        start = 0
+        for i, (row, ext, seq) in enumerate(
+            zip(batch.req_pool_indices, batch.extend_lens, batch.seq_lens)
+        ):
+            if ext == 1:
+                decode_rows.append(start)
+                decode_reqs.append(i)
+            else:
+                slots = table[row, :seq].long()
+                prefix = seq - ext
+                mask = None
+                if prefix > 0:
+                    kv_pos = torch.arange(seq)
+                    mask = kv_pos[None, :] <= (prefix + torch.arange(ext))[:, None]
+                extends.append((start, start + ext, slots, mask))
+            start += ext
+        meta = _TorchMetadata(None, None, None, extends)
+        if decode_reqs:
+            lens = torch.tensor([batch.seq_lens[i] for i in decode_reqs])
+            lmax = int(lens.max())
+            rows = torch.tensor([batch.req_pool_indices[i] for i in decode_reqs])
+            valid = torch.arange(lmax)[None, :] < lens[:, None]
+            meta.decode_rows = torch.tensor(decode_rows)
+            meta.decode_slots = table[rows, :lmax].long() * valid
+            if not bool(valid.all()):
+                kv_heads = self.kv_pool.k_heads[0].shape[0]
+                meta.decode_mask = (~valid).repeat(kv_heads, 1)[:, None, :]  # [KVH*B, 1, L]
+        batch.metadata = meta
+
+    def forward(self, q, k, v, layer, batch):
+        self.kv_pool.set_kv(layer, batch.out_cache_loc, k, v)
+        k_heads, v_heads = self.kv_pool.k_heads[layer], self.kv_pool.v_heads[layer]
+        meta: _TorchMetadata = batch.metadata
+        out = torch.empty_like(q)
+        if meta.decode_rows is not None:
+            out[meta.decode_rows] = self._decode(q[meta.decode_rows], k_heads, v_heads, meta)
+        for start, end, slots, mask in meta.extends:
+            qe = q[start:end].transpose(0, 1).unsqueeze(0)  # [1, H, L, d]
+            ke = k_heads.index_select(1, slots).unsqueeze(0)  # [1, KVH, S, d]
+            ve = v_heads.index_select(1, slots).unsqueeze(0)
+            oe = F.scaled_dot_product_attention(
+                qe, ke, ve, attn_mask=mask, is_causal=mask is None, enable_gqa=True
+            )
+            out[start:end] = oe.squeeze(0).transpose(0, 1)
+        return out.reshape(q.shape[0], -1)
+
+    @staticmethod
+    def _decode(q, k_heads, v_heads, meta: _TorchMetadata) -> torch.Tensor:
+        # Plain bmm over (kv head, request) pairs: torch's CPU flash kernel is slow for one query
+        # per request, and gathering each head's slots row-wise keeps every block BLAS-ready.
+        batch, heads, dim = q.shape
+        kv_heads = k_heads.shape[0]
+        group = heads // kv_heads
+        length = meta.decode_slots.shape[1]
+        flat = meta.decode_slots.reshape(-1)
+        k = q.new_empty(kv_heads, batch * length, dim)
+        v = q.new_empty(kv_heads, batch * length, dim)
+        for h in range(kv_heads):
+            torch.index_select(k_heads[h], 0, flat, out=k[h])
+            torch.index_select(v_heads[h], 0, flat, out=v[h])
+        k = k.view(kv_heads * batch, length, dim)
+        v = v.view(kv_heads * batch, length, dim)
+        qg = (
+            q.view(batch, kv_heads, group, dim)
+            .transpose(0, 1)
+            .reshape(kv_heads * batch, group, dim)
+        )
+        scores = torch.bmm(qg, k.transpose(1, 2)).float() * dim**-0.5
+        if meta.decode_mask is not None:
+            scores.masked_fill_(meta.decode_mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(v.dtype)
+        out = torch.bmm(probs, v).view(kv_heads, batch, group, dim)
+        return out.transpose(0, 1).reshape(batch, heads, dim)

@@ -1,0 +1,1 @@
+"""The scheduler: its loop and process, waiting-queue policies, Req, the requests' grammars."""

@@ -1,0 +1,168 @@
+"""The scheduler process: a ZeroMQ loop around Scheduler."""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+
+import zmq
+
+from runtime.ipc import child_setup, pull_socket, push_socket, wait_readable
+from runtime.messages import (
+    AbortReq,
+    BatchTokenOut,
+    FlushCacheReq,
+    FlushCacheResp,
+    ReqOutput,
+    TokenizedGenerateReq,
+)
+from runtime.scheduler.req import Req
+from runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+
+class SchedulerLoop:
+    """Receives requests, steps the scheduler, and sends every request's new tokens."""
+
+    def __init__(self, args: ServerArgs, recv_path: str, send_path: str, parent_pid: int):
+        from runtime.scheduler.scheduler import Scheduler
+
+        self.scheduler = Scheduler(args)
+        ctx = zmq.Context()
+        self.recv = pull_socket(ctx, recv_path)
+        self.send = push_socket(ctx, send_path)
+        self.parent_pid = parent_pid
+        self.streaming: set[str] = set()
+        self.sent: dict[str, int] = {}  # rid -> output tokens already sent
+
+    def warm_up(self) -> None:
+        from runtime.sampling.params import SamplingParams
+
+        self.scheduler.warm_up_grammars()
+        req = Req("warm-up", [1, 2, 3, 4], SamplingParams(max_new_tokens=2))
+        self.scheduler.add_request(req)
+        while self.scheduler.has_work():
+            self.scheduler.step()
+
+    def run_forever(self) -> None:
+        while True:
+            self._receive(block=not self.scheduler.has_work())
+            if self.scheduler.has_work():
+                touched = self.scheduler.step()
+                self._send_outputs(touched)
+
+    def _receive(self, block: bool) -> None:
+        if block:
+            wait_readable(self.recv, self.parent_pid)
+        outputs = []
+        while True:
+            try:
+                msg = self.recv.recv_pyobj(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if isinstance(msg, TokenizedGenerateReq):
+                out = self._add(msg)
+                if out is not None:
+                    outputs.append(out)
+            elif isinstance(msg, AbortReq):
+                req = self._find(msg.rid)
+                if req is not None and self.scheduler.abort(msg.rid):
+                    outputs.append(self._output(req))
+            elif isinstance(msg, FlushCacheReq):
+                ok = self.scheduler.flush_cache()
+                self.send.send_pyobj(BatchTokenOut([], self.scheduler.get_stats()))  # stats first
+                self.send.send_pyobj(FlushCacheResp(ok))
+        if outputs:
+            self.send.send_pyobj(BatchTokenOut(outputs, self.scheduler.get_stats()))
+
+    def _add(self, msg: TokenizedGenerateReq) -> ReqOutput | None:
+        req = Req(
+            msg.rid,
+            msg.input_ids,
+            msg.sampling_params,
+            msg.return_logprob,
+            msg.logprob_start_len,
+            msg.top_logprobs_num,
+        )
+        try:
+            self.scheduler.add_request(req)
+        except ValueError as e:
+            return ReqOutput(
+                msg.rid,
+                [],
+                {"type": "abort", "message": str(e)},
+                len(msg.input_ids),
+                0,
+                0,
+                error=str(e),
+            )
+        if msg.stream:
+            self.streaming.add(msg.rid)
+        self.sent[msg.rid] = 0
+        return None
+
+    def _find(self, rid: str) -> Req | None:
+        for req in self.scheduler.waiting + self.scheduler.running:
+            if req.rid == rid:
+                return req
+        return None
+
+    def _send_outputs(self, touched: list[Req]) -> None:
+        outputs = [self._output(r) for r in touched if r.finished or r.rid in self.streaming]
+        if outputs:
+            self.send.send_pyobj(BatchTokenOut(outputs, self.scheduler.get_stats()))
+
+    def _output(self, req: Req) -> ReqOutput:
+        start = self.sent.get(req.rid, 0)
+        sp = req.sampling_params
+        out = ReqOutput(
+            rid=req.rid,
+            new_ids=req.output_ids[start:],
+            finish_reason=req.finished_reason.to_json() if req.finished_reason else None,
+            prompt_tokens=len(req.origin_input_ids),
+            completion_tokens=len(req.output_ids),
+            cached_tokens=req.cached_tokens,
+            stop_strings=sp.stop,
+            skip_special_tokens=sp.skip_special_tokens,
+            no_stop_trim=sp.no_stop_trim,
+        )
+        if req.return_logprob:
+            out.output_token_logprobs = req.output_token_logprobs[start:]
+            out.output_top_logprobs = req.output_top_logprobs[start:]
+            if start == 0:
+                out.input_token_logprobs = req.input_token_logprobs
+                out.input_top_logprobs = req.input_top_logprobs
+        self.sent[req.rid] = len(req.output_ids)
+        if req.finished:
+            self.sent.pop(req.rid, None)
+            self.streaming.discard(req.rid)
+        return out
+
+
+def run_scheduler_process(
+    args: ServerArgs, recv_path: str, send_path: str, ready, parent_pid: int
+) -> None:
+    child_setup(args)
+    try:
+        loop = SchedulerLoop(args, recv_path, send_path, parent_pid)
+        loop.warm_up()
+        sch = loop.scheduler
+        ready.send(
+            {
+                "status": "ready",
+                "model_folder": sch.runner.model_folder,
+                "context_length": sch.context_length,
+                "vocab_size": sch.vocab_size,
+                "kv_pool_size": sch.kv_pool.size,
+            }
+        )
+    except Exception:
+        ready.send({"status": "error", "error": traceback.format_exc()})
+        return
+    try:
+        loop.run_forever()
+    except Exception:
+        logger.error("scheduler crashed:\n%s", traceback.format_exc())
+        os._exit(1)

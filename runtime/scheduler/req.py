@@ -1,0 +1,87 @@
+"""A generation request as the scheduler sees it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from runtime.sampling.params import SamplingParams
+
+
+@dataclass(frozen=True)
+class FinishReason:
+    """Why a request stopped: "stop" (eos, stop token or stop string), "length" or "abort"."""
+
+    type: str
+    matched: int | str | None = None
+    length: int | None = None
+    message: str | None = None
+
+    def to_json(self) -> dict:
+        out: dict = {"type": self.type}
+        if self.type == "stop":
+            out["matched"] = self.matched
+        elif self.type == "length":
+            out["length"] = self.length
+        elif self.message:
+            out["message"] = self.message
+        return out
+
+
+class Req:
+    """Token state of one request: its prompt, outputs so far, and how much of it has KV."""
+
+    def __init__(
+        self,
+        rid: str,
+        input_ids: list[int],
+        sampling_params: SamplingParams,
+        return_logprob: bool = False,
+        logprob_start_len: int = -1,
+        top_logprobs_num: int = 0,
+    ):
+        self.rid = rid
+        self.origin_input_ids = list(input_ids)
+        self.output_ids: list[int] = []
+        self.sampling_params = sampling_params
+        self.return_logprob = return_logprob
+        self.logprob_start_len = logprob_start_len if return_logprob else -1
+        self.top_logprobs_num = top_logprobs_num if return_logprob else 0
+        self.req_pool_idx: int | None = None
+        self.kv_len = 0  # leading tokens of all_ids whose KV is in the pool
+        self.cached_tokens = 0  # prompt tokens reused from the prefix cache
+        self.prefix_len = 0  # leading KV slots that belong to the prefix cache, locked by us
+        self.last_node = None  # prefix-cache handle of those slots
+        self.admitted_before = False
+        self.finished_reason: FinishReason | None = None
+        self.grammar = None  # a grammars.GrammarMatcher when the output is constrained
+        self.grammar_future = None  # its compilation, while that runs in a worker thread
+        self.generator = (
+            torch.Generator().manual_seed(sampling_params.seed)
+            if sampling_params.seed is not None
+            else None
+        )
+        self.input_token_logprobs: list[tuple[float | None, int]] = []
+        self.input_top_logprobs: list[list[tuple[float, int]] | None] = []
+        self.output_token_logprobs: list[tuple[float, int]] = []
+        self.output_top_logprobs: list[list[tuple[float, int]]] = []
+        self.created_at = time.perf_counter()
+        self.first_token_at: float | None = None
+        self.finished_at: float | None = None
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.origin_input_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_reason is not None
+
+    def __repr__(self) -> str:
+        return f"Req(rid={self.rid!r}, prompt={len(self.origin_input_ids)}, out={len(self.output_ids)})"

@@ -1,0 +1,435 @@
+"""Continuous batching: admit waiting requests, plan one ragged forward, sample, retire.
+
+Every step may mix prefill chunks of some requests with decode tokens of others. A request's
+KV covers `all_ids[:kv_len]`; a step extends it by a chunk, and when the chunk reaches the end
+of the sequence the last row's logits sample the next token.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import torch
+
+from runtime.cache.prefix_cache import NoPrefixCache, PrefixCache
+from runtime.cache.radix_cache import RadixCache, common_prefix_length
+from runtime.model.attention.base import ForwardBatch
+from runtime.model.loader import load_tokenizer
+from runtime.model.runner import ModelRunner
+from runtime.sampling.sampler import prompt_logprobs, sample
+from runtime.scheduler.grammar_backend import GrammarBackend
+from runtime.scheduler.policy import match_len_limit, order_waiting
+from runtime.scheduler.req import FinishReason, Req
+from runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+# Admission reserves room for running requests' future output scaled by a ratio that starts
+# pessimistic, decays each step as requests finish early, and resets after a retraction.
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.1
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+# A waiting request that shares at least this many uncached tokens with one admitted in the
+# same step waits one step, so it reuses that request's prefix instead of recomputing it.
+IN_BATCH_SHARE_MIN = 32
+
+
+class RequestError(ValueError):
+    """A request the scheduler cannot run (too long, bad token ids)."""
+
+
+@dataclass
+class _Planned:
+    req: Req
+    start: int  # first position of the chunk
+    length: int  # tokens in the chunk
+    sample_row: int | None = None  # row of the step's logits that samples the next token
+    logprob_rows: list[int] = field(default_factory=list)
+    logprob_targets: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SchedulerStats:
+    forward_steps: int = 0
+    prompt_tokens: int = 0
+    computed_prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    generated_tokens: int = 0
+    finished_requests: int = 0
+    aborted_requests: int = 0
+    retractions: int = 0
+    evicted_tokens: int = 0
+
+
+class Scheduler:
+    """Owns the model runner, the waiting queue and the running batch."""
+
+    def __init__(self, args: ServerArgs):
+        self.args = args
+        self.runner = ModelRunner(args)
+        self.tokenizer = load_tokenizer(self.runner.model_folder)
+        self.vocab_size = self.runner.config.vocab_size
+        self.eos_ids = set(self.runner.config.eos_token_ids)
+        if self.tokenizer.eos_token_id is not None:
+            self.eos_ids.add(self.tokenizer.eos_token_id)
+        self.context_length = self.runner.context_length
+        self.grammars = GrammarBackend(self.tokenizer, self.vocab_size)
+        self._grammar_pool: ThreadPoolExecutor | None = None
+        self.kv_pool = self.runner.kv_pool
+        self.req_to_token_pool = self.runner.req_to_token_pool
+        cache_cls = NoPrefixCache if args.disable_radix_cache else RadixCache
+        self.cache: PrefixCache = cache_cls(self.req_to_token_pool, self.kv_pool)
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.rng = random.Random(args.random_seed)
+        self.waiting: list[Req] = []
+        self.running: list[Req] = []
+        self.stats = SchedulerStats()
+        torch.manual_seed(args.random_seed)
+
+    # ---- queue ---------------------------------------------------------------------------
+    def add_request(self, req: Req) -> None:
+        prompt = req.origin_input_ids
+        if not prompt:
+            raise RequestError("the prompt is empty")
+        if len(prompt) >= self.context_length:
+            raise RequestError(
+                f"the prompt has {len(prompt)} tokens; this model's context is {self.context_length}"
+            )
+        if len(prompt) + 1 > self.kv_pool.size:
+            raise RequestError(
+                f"the prompt has {len(prompt)} tokens; the KV pool holds {self.kv_pool.size}"
+            )
+        if min(prompt) < 0 or max(prompt) >= self.vocab_size:
+            raise RequestError(f"input_ids must lie in [0, {self.vocab_size})")
+        req.sampling_params.validate(self.vocab_size)
+        if req.sampling_params.is_constrained:
+            # compiled in a worker thread: a large schema must not stall the running batch
+            req.grammar_future = self._compile_pool().submit(
+                self.grammars.compile, req.sampling_params
+            )
+        self.stats.prompt_tokens += len(prompt)
+        self.waiting.append(req)
+
+    def warm_up_grammars(self) -> None:
+        """Compile the grammar kernels in the background, ahead of the first constrained
+        request (which would otherwise wait for them: seconds on a fresh install)."""
+        from grammars import warm_up
+
+        self._compile_pool().submit(warm_up)
+
+    def _compile_pool(self) -> ThreadPoolExecutor:
+        if self._grammar_pool is None:
+            self._grammar_pool = ThreadPoolExecutor(1, thread_name_prefix="grammar")
+        return self._grammar_pool
+
+    def _collect_grammars(self) -> list[Req]:
+        """Give waiting requests whose grammar compiled their matcher; fail those whose grammar
+        did not (returned, finished)."""
+        failed = []
+        for req in self.waiting:
+            future = req.grammar_future
+            if future is None or not future.done():
+                continue
+            req.grammar_future = None
+            try:
+                grammar = future.result()
+            except ValueError as exc:
+                req.finished_reason = FinishReason("abort", message=str(exc))
+                failed.append(req)
+                continue
+            if grammar is not None:
+                req.grammar = grammar.matcher()
+        for req in failed:
+            self.waiting.remove(req)
+        return failed
+
+    def abort(self, rid: str) -> bool:
+        for req in self.waiting:
+            if req.rid == rid:
+                self.waiting.remove(req)
+                req.finished_reason = FinishReason("abort", message="aborted")
+                self.stats.aborted_requests += 1
+                return True
+        for req in self.running:
+            if req.rid == rid:
+                req.finished_reason = FinishReason("abort", message="aborted")
+                self._retire(req)
+                self.stats.aborted_requests += 1
+                return True
+        return False
+
+    def get_stats(self) -> dict:
+        """Counters plus the state of KV memory."""
+        prompt = max(self.stats.cached_prompt_tokens + self.stats.computed_prompt_tokens, 1)
+        return {
+            **vars(self.stats),
+            "cache_hit_rate": self.stats.cached_prompt_tokens / prompt,
+            "new_token_ratio": self.new_token_ratio,
+            "waiting": len(self.waiting),
+            "running": len(self.running),
+            "kv_pool_size": self.kv_pool.size,
+            "kv_free": self.kv_pool.available(),
+            "tree_tokens": self.cache.total_size(),
+            "evictable": self.cache.evictable_size(),
+            "protected": self.cache.protected_size(),
+        }
+
+    def flush_cache(self) -> bool:
+        """Drop every cached prefix; refused (False) while requests are queued or running."""
+        if self.has_work():
+            return False
+        self.cache.reset()
+        self.kv_pool.clear()
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---- one step -------------------------------------------------------------------------
+    def step(self) -> list[Req]:
+        """Run one forward; returns the requests that gained tokens or finished."""
+        failed = self._collect_grammars()
+        self._admit()
+        plan = self._plan()
+        if not plan:
+            compiling = [r.grammar_future for r in self.waiting if r.grammar_future is not None]
+            if compiling:  # nothing else to do: wait a little for a grammar instead of spinning
+                wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
+            return failed
+        batch = self._build_batch(plan)
+        logits = self.runner.forward(batch)
+        self.stats.forward_steps += 1
+        return failed + self._process(plan, logits)
+
+    # ---- admission ---------------------------------------------------------------------------
+    def _future_tokens(self, req: Req) -> float:
+        """KV slots a running request is expected to need: its unprefilled part plus its
+        remaining output scaled by the new-token ratio (most requests stop early)."""
+        final = min(
+            len(req.origin_input_ids) + req.sampling_params.max_new_tokens, self.context_length
+        )
+        remaining_out = max(final - max(req.seq_len, req.kv_len), 0)
+        return (req.seq_len - req.kv_len) + remaining_out * self.new_token_ratio
+
+    def _admit(self) -> None:
+        if not self.waiting or len(self.running) >= self.args.max_running_requests:
+            return
+        reserved = sum(self._future_tokens(r) for r in self.running)
+        pending_prefill = sum(
+            r.seq_len - r.kv_len for r in self.running if r.seq_len - r.kv_len > 1
+        )
+        admitted_prompts: list[list[int]] = []
+        for req in order_waiting(self.args.schedule_policy, self.waiting, self.cache, self.rng):
+            if len(self.running) >= self.args.max_running_requests:
+                break
+            if pending_prefill >= self.args.max_prefill_tokens:
+                break
+            if req.grammar_future is not None:
+                continue  # its grammar is still compiling
+            cached, node = self.cache.match_prefix(req.all_ids[: match_len_limit(req)])
+            if self._shares_uncached_prefix(req, len(cached), admitted_prompts):
+                continue  # admitted next step, when the sibling's prefix is in the tree
+            free = self.kv_pool.available() + self.cache.evictable_size() - reserved
+            need = self._future_tokens(req) - len(cached)
+            if need > free and self.running:
+                break
+            row = self.req_to_token_pool.alloc()
+            if row is None:
+                break
+            self.waiting.remove(req)
+            req.req_pool_idx = row
+            self._attach_prefix(req, cached, node)
+            reserved += self._future_tokens(req)
+            pending_prefill += req.seq_len - req.kv_len
+            admitted_prompts.append(req.all_ids)
+            self.running.append(req)
+
+    @staticmethod
+    def _shares_uncached_prefix(req: Req, cached: int, admitted: list[list[int]]) -> bool:
+        ids = req.all_ids
+        return any(
+            common_prefix_length(ids, other) - cached >= IN_BATCH_SHARE_MIN for other in admitted
+        )
+
+    def _attach_prefix(self, req: Req, cached: torch.Tensor, node) -> None:
+        """Point the request at the cached prefix of it and lock that prefix."""
+        n = len(cached)
+        self.req_to_token_pool.req_to_token[req.req_pool_idx, :n] = cached.to(torch.int32)
+        self.cache.lock(node)
+        req.last_node, req.prefix_len, req.kv_len = node, n, n
+        if not req.admitted_before:
+            req.cached_tokens = n
+            req.admitted_before = True
+            self.stats.cached_prompt_tokens += n
+        if req.logprob_start_len == 0 and not req.input_token_logprobs:
+            req.input_token_logprobs.append((None, req.origin_input_ids[0]))
+            req.input_top_logprobs.append(None)
+
+    # ---- memory ------------------------------------------------------------------------------
+    def _make_room(self, needed: int) -> bool:
+        """Evict cached prefixes until `needed` slots are free; False if that is impossible."""
+        short = needed - self.kv_pool.available()
+        if short > 0:
+            self.stats.evicted_tokens += self.cache.evict(short)
+        return self.kv_pool.available() >= needed
+
+    def _retract_for_decode(self) -> None:
+        """When the next decode step cannot get one slot per request, send back the requests
+        that lose least (fewest generated tokens); they resume later from the cache."""
+        while True:
+            decoding = [r for r in self.running if r.seq_len - r.kv_len == 1]
+            if self._make_room(len(decoding)) or not decoding:
+                return
+            if len(self.running) == 1:
+                req = self.running[0]
+                req.finished_reason = FinishReason(
+                    "abort", message="the KV cache cannot hold this request"
+                )
+                self._retire(req)
+                return
+            victim = min(self.running, key=lambda r: (len(r.output_ids), -r.seq_len))
+            self._retract(victim)
+
+    def _retract(self, req: Req) -> None:
+        self.running.remove(req)
+        self.cache.cache_finished_req(req)
+        self.req_to_token_pool.free(req.req_pool_idx)
+        req.req_pool_idx, req.kv_len = None, 0
+        self.waiting.insert(0, req)
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.stats.retractions += 1
+
+    # ---- planning ----------------------------------------------------------------------------
+    def _plan(self) -> list[_Planned]:
+        self._retract_for_decode()
+        plan = [_Planned(r, r.kv_len, 1) for r in self.running if r.seq_len - r.kv_len == 1]
+        memory = self.kv_pool.available() + self.cache.evictable_size() - len(plan)
+        budget = self.args.max_prefill_tokens
+        chunk_cap = self.args.chunked_prefill_size if self.args.chunked_prefill_size > 0 else None
+        for req in self.running:
+            remaining = req.seq_len - req.kv_len
+            if remaining <= 1:
+                continue
+            n = min(remaining, budget, memory, chunk_cap or remaining)
+            if n <= 0:
+                break
+            plan.append(_Planned(req, req.kv_len, n))
+            budget -= n
+            memory -= n
+        self.new_token_ratio = max(
+            self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO
+        )
+        return plan
+
+    def _build_batch(self, plan: list[_Planned]) -> ForwardBatch:
+        total = sum(p.length for p in plan)
+        if not self._make_room(total):
+            raise RuntimeError(f"KV pool cannot supply {total} slots after eviction")
+        slots = self.kv_pool.alloc(total)
+        table = self.req_to_token_pool.req_to_token
+        ids, positions, logit_rows = [], [], []
+        offset = 0
+        for p in plan:
+            req, end = p.req, p.start + p.length
+            ids.extend(req.all_ids[p.start : end])
+            positions.extend(range(p.start, end))
+            table[req.req_pool_idx, p.start : end] = slots[offset : offset + p.length].to(
+                torch.int32
+            )
+            prompt_len = len(req.origin_input_ids)
+            if req.logprob_start_len >= 0:
+                lo = max(p.start, req.logprob_start_len + len(req.input_token_logprobs) - 1)
+                for pos in range(lo, min(end, prompt_len - 1)):
+                    p.logprob_rows.append(len(logit_rows))
+                    p.logprob_targets.append(req.origin_input_ids[pos + 1])
+                    logit_rows.append(offset + pos - p.start)
+            if end == req.seq_len and req.sampling_params.max_new_tokens > len(req.output_ids):
+                p.sample_row = len(logit_rows)
+                logit_rows.append(offset + p.length - 1)
+            offset += p.length
+        return ForwardBatch(
+            input_ids=torch.tensor(ids, dtype=torch.int64),
+            positions=torch.tensor(positions, dtype=torch.int64),
+            out_cache_loc=slots,
+            req_pool_indices=[p.req.req_pool_idx for p in plan],
+            extend_lens=[p.length for p in plan],
+            seq_lens=[p.start + p.length for p in plan],
+            logit_rows=torch.tensor(logit_rows, dtype=torch.int64),
+        )
+
+    def _process(self, plan: list[_Planned], logits: torch.Tensor) -> list[Req]:
+        now = time.perf_counter()
+        touched = []
+        for p in plan:
+            p.req.kv_len = p.start + p.length
+            if p.start < len(p.req.origin_input_ids):
+                self.stats.computed_prompt_tokens += min(
+                    p.length, len(p.req.origin_input_ids) - p.start
+                )
+            if p.logprob_rows:
+                k = p.req.top_logprobs_num
+                chosen, top = prompt_logprobs(logits[p.logprob_rows], p.logprob_targets, k)
+                p.req.input_token_logprobs.extend(zip(chosen, p.logprob_targets))
+                p.req.input_top_logprobs.extend(top if top is not None else [None] * len(chosen))
+        sampling = [p for p in plan if p.sample_row is not None]
+        if sampling:
+            rows = torch.tensor([p.sample_row for p in sampling])
+            reqs = [p.req for p in sampling]
+            out = sample(logits[rows], reqs, self.eos_ids, [r.grammar for r in reqs])
+            for i, p in enumerate(sampling):
+                req = p.req
+                req.output_ids.append(out.next_ids[i])
+                if req.grammar is not None and not req.grammar.accept_token(out.next_ids[i]):
+                    req.finished_reason = FinishReason(
+                        "abort", message="the grammar refused the sampled token"
+                    )
+                if req.first_token_at is None:
+                    req.first_token_at = now
+                if out.logprobs is not None and req.return_logprob:
+                    req.output_token_logprobs.append((out.logprobs[i], out.next_ids[i]))
+                    if req.top_logprobs_num:
+                        req.output_top_logprobs.append(out.top_logprobs[i])
+                self.stats.generated_tokens += 1
+                self._check_finished(req)
+                touched.append(req)
+        for p in plan:
+            req = p.req
+            if p.sample_row is None and req.kv_len == req.seq_len:  # max_new_tokens reached or 0
+                req.finished_reason = FinishReason("length", length=len(req.output_ids))
+                touched.append(req)
+            if req.finished:
+                req.finished_at = now
+                self._retire(req)
+            elif p.length > 1:
+                self.cache.cache_unfinished_req(req)  # share the new prefix right away
+        return touched
+
+    def _check_finished(self, req: Req) -> None:
+        sp, last = req.sampling_params, req.output_ids[-1]
+        n_out = len(req.output_ids)
+        if not sp.ignore_eos and last in self.eos_ids or last in sp.stop_token_ids:
+            req.finished_reason = FinishReason("stop", matched=last)
+        elif n_out >= sp.max_new_tokens or req.seq_len >= self.context_length:
+            req.finished_reason = FinishReason("length", length=n_out)
+        elif sp.stop and n_out >= sp.min_new_tokens:
+            tail_tokens = max(len(s) for s in sp.stop) + 4
+            tail = self.tokenizer.decode(req.output_ids[-tail_tokens:], skip_special_tokens=False)
+            for s in sp.stop:
+                if s in tail:
+                    req.finished_reason = FinishReason("stop", matched=s)
+                    break
+
+    def _retire(self, req: Req) -> None:
+        """Release a request's KV (to the cache) and its table row."""
+        if req in self.running:
+            self.running.remove(req)
+        if req.req_pool_idx is not None:
+            self.cache.cache_finished_req(req)
+            self.req_to_token_pool.free(req.req_pool_idx)
+            req.req_pool_idx = None
+        if req.finished_reason is not None and req.finished_reason.type != "abort":
+            self.stats.finished_requests += 1

@@ -1,0 +1,1 @@
+"""The HTTP process: FastAPI app, OpenAI-compatible layer, tokenizer manager, metrics, start-up."""

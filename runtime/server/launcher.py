@@ -1,0 +1,142 @@
+"""Server start-up and shutdown: the scheduler and detokenizer children, then uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+
+from runtime.server.http_server import create_app
+from runtime.server.metrics import ServerMetrics
+from runtime.server.tokenizer_manager import TokenizerManager
+from runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+
+class ServerProcesses:
+    """The scheduler and detokenizer children, their ipc sockets, and their shutdown."""
+
+    def __init__(self, args: ServerArgs):
+        self.args = args
+        self.ipc_dir = tempfile.mkdtemp(prefix="radixgen-")
+        self.paths = {
+            n: os.path.join(self.ipc_dir, n) for n in ("scheduler", "detokenizer", "tokenizer")
+        }
+        self.children: list[mp.Process] = []
+
+    def start(self) -> dict:
+        from runtime.detokenizer.process import run_detokenizer_process
+        from runtime.scheduler.process import run_scheduler_process
+
+        ctx = mp.get_context("spawn")
+        reader, writer = ctx.Pipe(duplex=False)
+        sched = ctx.Process(
+            target=run_scheduler_process,
+            args=(
+                self.args,
+                self.paths["scheduler"],
+                self.paths["detokenizer"],
+                writer,
+                os.getpid(),
+            ),
+            name="radixgen-scheduler",
+            daemon=True,
+        )
+        sched.start()
+        self.children.append(sched)
+        while not reader.poll(1.0):
+            if not sched.is_alive():
+                raise RuntimeError(
+                    f"the scheduler process exited with code {sched.exitcode} while loading"
+                )
+        info = reader.recv()
+        if info["status"] != "ready":
+            raise RuntimeError(f"the scheduler process failed to start:\n{info['error']}")
+        detok = ctx.Process(
+            target=run_detokenizer_process,
+            args=(
+                self.args,
+                info["model_folder"],
+                self.paths["detokenizer"],
+                self.paths["tokenizer"],
+                os.getpid(),
+            ),
+            name="radixgen-detokenizer",
+            daemon=True,
+        )
+        detok.start()
+        self.children.append(detok)
+        return info
+
+    def watch(self, on_death) -> None:
+        """Call on_death(name, exitcode) from a thread when a child dies."""
+
+        def loop():
+            while True:
+                for child in self.children:
+                    if not child.is_alive():
+                        on_death(child.name, child.exitcode)
+                        return
+                time.sleep(0.5)
+
+        threading.Thread(target=loop, daemon=True, name="child-watchdog").start()
+
+    def stop(self) -> None:
+        for child in self.children:
+            if child.is_alive():
+                child.terminate()
+        for child in self.children:
+            child.join(timeout=5)
+            if child.is_alive():
+                child.kill()
+        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+
+
+def launch_server(args: ServerArgs) -> None:
+    """Start the children, then serve HTTP until Ctrl-C, SIGTERM, or a child's death."""
+    import uvicorn
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s: %(message)s")
+    procs = ServerProcesses(args)
+    try:
+        logger.info("ipc sockets in %s", procs.ipc_dir)
+        info = procs.start()
+        metrics = ServerMetrics()
+        tm = TokenizerManager(
+            info["model_folder"],
+            procs.paths["scheduler"],
+            procs.paths["tokenizer"],
+            metrics,
+            info["context_length"],
+        )
+        app = create_app(args, info, tm, metrics)
+
+        config = uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            loop="uvloop",
+            timeout_graceful_shutdown=3,
+        )
+        server = uvicorn.Server(config)
+
+        def on_death(name, code):
+            logger.error("%s process died (exit code %s); shutting the server down", name, code)
+            server.should_exit = server.force_exit = True
+
+        procs.watch(on_death)
+        logger.info("ready on http://%s:%d", args.host, args.port)
+        # uvicorn re-raises the signal that stopped it once it returns; let that land on a
+        # no-op so the cleanup below still runs.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
+        server.run()
+    finally:
+        procs.stop()

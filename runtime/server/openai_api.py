@@ -1,0 +1,431 @@
+"""OpenAI-compatible /v1/completions and /v1/chat/completions on top of the TokenizerManager."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.outputs import GenerationResult
+from runtime.sampling.params import SamplingParams
+from runtime.server.tokenizer_manager import BadRequest, ReqState, TokenizerManager
+
+FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: dict | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    user: str | None = None
+    logit_bias: dict | None = None
+    # extensions shared with SGLang
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool = True
+
+
+class CompletionRequest(_Common):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    best_of: int | None = None
+    suffix: str | None = None
+
+
+class ChatCompletionRequest(_Common):
+    messages: list[dict]
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: dict | None = None
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
+
+
+def sampling_params(req: _Common, max_tokens: int | None, default_max: int) -> SamplingParams:
+    if req.logit_bias:
+        raise BadRequest("logit_bias is not supported", "logit_bias")
+    params = {
+        "max_new_tokens": default_max if max_tokens is None else max_tokens,
+        "temperature": 1.0 if req.temperature is None else req.temperature,
+        "top_p": 1.0 if req.top_p is None else req.top_p,
+        "top_k": -1 if req.top_k is None else req.top_k,
+        "min_p": req.min_p or 0.0,
+        "presence_penalty": req.presence_penalty,
+        "frequency_penalty": req.frequency_penalty,
+        "repetition_penalty": 1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        "min_new_tokens": req.min_tokens or 0,
+        "stop": req.stop or [],
+        "stop_token_ids": req.stop_token_ids or [],
+        "ignore_eos": req.ignore_eos,
+        "skip_special_tokens": req.skip_special_tokens,
+        "seed": req.seed,
+    }
+    try:
+        return SamplingParams.from_dict(params)
+    except ValueError as e:
+        raise BadRequest(
+            str(e).replace("sampling_params.", "").replace("max_new_tokens", "max_tokens")
+        ) from e
+
+
+def response_format_schema(response_format: dict | None) -> str | None:
+    """The JSON schema (as text) that response_format asks for, None for plain text."""
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        raise BadRequest("response_format must be an object", "response_format")
+    kind = response_format.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json.dumps({"type": "object"})
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), (dict, bool)):
+            raise BadRequest(
+                "response_format.json_schema must be an object with a 'schema'", "response_format"
+            )
+        return json.dumps(spec.get("schema", {}))
+    raise BadRequest(
+        f"response_format type {kind!r} is not supported (text, json_object, json_schema)",
+        "response_format",
+    )
+
+
+def usage(results: list[GenerationResult]) -> dict:
+    prompt = results[0].prompt_tokens if results else 0
+    completion = sum(len(r.output_ids) for r in results)
+    cached = results[0].cached_tokens if results else 0
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def _finish(result: GenerationResult) -> str | None:
+    if result.finish_reason is None:
+        return None
+    return FINISH_REASONS.get(result.finish_reason["type"], "stop")
+
+
+def usage_chunk(kind: str, rid: str, created: int, model: str, states: list[ReqState]) -> dict:
+    """The last streamed chunk when stream_options.include_usage is set."""
+    results = [s.result for s in states if s.result is not None]
+    return {
+        "id": rid,
+        "object": kind,
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage(results),
+    }
+
+
+def sse(obj) -> str:
+    return f"data: {json.dumps(obj)}\n\n"
+
+
+class OpenAIServing:
+    def __init__(self, tm: TokenizerManager, model_names: list[str]):
+        self.tm = tm
+        self.model_names = model_names
+
+    def check_model(self, name: str) -> None:
+        if name not in self.model_names:
+            raise BadRequest(
+                f"model {name!r} is not served here; use one of {self.model_names}", "model"
+            )
+
+    def models(self) -> dict:
+        now = int(time.time())
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.model_names[0],
+                    "object": "model",
+                    "created": now,
+                    "owned_by": "radixgen",
+                }
+            ],
+        }
+
+    def _token_text(self, tid: int) -> str:
+        return self.tm.tokenizer.decode([tid])
+
+    # ---- shared plumbing ------------------------------------------------------------------
+    def _submit_n(
+        self, prompt_ids: list[int], params: SamplingParams, n: int, **kw
+    ) -> list[ReqState]:
+        if not 1 <= n <= 128:
+            raise BadRequest("n must be an integer in [1, 128]", "n")
+        base = uuid.uuid4().hex
+        return [self.tm.submit(f"{base}-{i}", prompt_ids, params, **kw) for i in range(n)]
+
+    async def _gather(self, states: list[ReqState], is_disconnected) -> list[GenerationResult]:
+        return list(
+            await asyncio.gather(*(self.tm.wait_result(s, is_disconnected) for s in states))
+        )
+
+    # ---- /v1/completions ------------------------------------------------------------------
+    def _completion_prompts(self, req: CompletionRequest) -> list[list[int]]:
+        p = req.prompt
+        if isinstance(p, str):
+            prompts = [self.tm.tokenizer.encode(p)]
+        elif p and all(isinstance(x, str) for x in p):
+            prompts = [self.tm.tokenizer.encode(x) for x in p]
+        elif p and all(isinstance(x, int) for x in p):
+            prompts = [list(p)]
+        else:
+            prompts = [list(x) for x in p] if p else []
+        if not prompts or any(not x for x in prompts):
+            raise BadRequest("prompt must not be empty", "prompt")
+        return prompts
+
+    async def completions(self, req: CompletionRequest, is_disconnected):
+        self.check_model(req.model)
+        if req.suffix:
+            raise BadRequest("suffix is not supported", "suffix")
+        if req.best_of not in (None, 1):
+            raise BadRequest("best_of other than 1 is not supported", "best_of")
+        params = sampling_params(req, req.max_tokens, 16)
+        prompts = self._completion_prompts(req)
+        for p in prompts:
+            self.tm.check_prompt(p, "prompt")
+        want_lp = req.logprobs is not None
+        kw = {
+            "return_logprob": want_lp,
+            "logprob_start_len": 0 if (want_lp and req.echo) else -1,
+            "top_logprobs_num": req.logprobs or 0,
+            "stream": req.stream,
+        }
+        states = [s for p in prompts for s in self._submit_n(p, params, req.n, **kw)]
+        rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        if req.stream:
+            return self._stream_completions(req, states, prompts, rid, created)
+        results = await self._gather(states, is_disconnected)
+        choices = []
+        for i, res in enumerate(results):
+            prompt_ids = prompts[i // req.n]
+            text = (self.tm.tokenizer.decode(prompt_ids) if req.echo else "") + res.text
+            choices.append(
+                {
+                    "index": i,
+                    "text": text,
+                    "finish_reason": _finish(res),
+                    "logprobs": self._completion_logprobs(res, req.echo) if want_lp else None,
+                }
+            )
+        usage_all = usage(results)
+        usage_all["prompt_tokens"] = sum(len(p) for p in prompts)
+        usage_all["total_tokens"] = usage_all["prompt_tokens"] + usage_all["completion_tokens"]
+        return {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": req.model,
+            "choices": choices,
+            "usage": usage_all,
+        }
+
+    def _completion_logprobs(self, res: GenerationResult, echo: bool) -> dict:
+        pairs = (list(res.input_token_logprobs) if echo else []) + list(res.output_token_logprobs)
+        tops = (list(res.input_top_logprobs) if echo else []) + list(res.output_top_logprobs)
+        tokens = [self._token_text(t) for _, t in pairs]
+        offsets, pos = [], 0
+        for t in tokens:
+            offsets.append(pos)
+            pos += len(t)
+        return {
+            "tokens": tokens,
+            "token_logprobs": [lp for lp, _ in pairs],
+            "top_logprobs": [
+                None if top is None else {self._token_text(t): lp for lp, t in top} for top in tops
+            ]
+            if res.top_logprobs_num
+            else None,
+            "text_offset": offsets,
+        }
+
+    async def _stream_completions(self, req, states, prompts, rid, created) -> AsyncIterator[str]:
+        def chunk(i, text, finish=None):
+            return {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": req.model,
+                "choices": [{"index": i, "text": text, "logprobs": None, "finish_reason": finish}],
+            }
+
+        if req.echo:
+            for i in range(len(states)):
+                yield sse(chunk(i, self.tm.tokenizer.decode(prompts[i // req.n])))
+        async for i, delta in self.tm.merge_streams(states):
+            if delta is None:
+                res = states[i].result
+                if res is not None:
+                    yield sse(chunk(i, "", _finish(res)))
+            elif delta:
+                yield sse(chunk(i, delta))
+        if (req.stream_options or {}).get("include_usage"):
+            yield sse(usage_chunk("text_completion", rid, created, req.model, states))
+        yield "data: [DONE]\n\n"
+
+    # ---- /v1/chat/completions ---------------------------------------------------------------
+    def _chat_prompt(self, req: ChatCompletionRequest) -> list[int]:
+        if not req.messages:
+            raise BadRequest("messages must not be empty", "messages")
+        messages = []
+        for i, m in enumerate(req.messages):
+            role, content = m.get("role"), m.get("content")
+            if role not in ("system", "user", "assistant", "developer", "tool"):
+                raise BadRequest(
+                    f"messages[{i}].role {role!r} is not one of system, user, assistant, tool",
+                    "messages",
+                )
+            if isinstance(content, list):
+                parts = []
+                for part in content:
+                    if not isinstance(part, dict) or part.get("type") != "text":
+                        raise BadRequest(
+                            f"messages[{i}].content: only text parts are supported", "messages"
+                        )
+                    parts.append(part.get("text", ""))
+                content = "".join(parts)
+            if content is None:
+                content = ""
+            if not isinstance(content, str):
+                raise BadRequest(
+                    f"messages[{i}].content must be a string or a list of text parts", "messages"
+                )
+            messages.append({"role": "system" if role == "developer" else role, "content": content})
+        text = self.tm.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return self.tm.tokenizer.encode(text, add_special_tokens=False)
+
+    async def chat(self, req: ChatCompletionRequest, is_disconnected):
+        self.check_model(req.model)
+        if req.tools and req.tool_choice != "none":
+            raise BadRequest(
+                "tools are not supported yet (structured decoding is not built)", "tools"
+            )
+        schema = response_format_schema(req.response_format)
+        max_tokens = (
+            req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        )
+        prompt = self._chat_prompt(req)
+        self.tm.check_prompt(prompt, "messages")
+        params = sampling_params(req, max_tokens, max(self.tm.context_length - len(prompt) - 1, 1))
+        if schema is not None:
+            params.json_schema = schema
+            try:
+                await asyncio.to_thread(self.tm.grammars.compile, params)
+            except ValueError as e:
+                raise BadRequest(
+                    str(e).replace("sampling_params.json_schema", "response_format"),
+                    "response_format",
+                ) from e
+        if req.top_logprobs and not req.logprobs:
+            raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
+        kw = {
+            "return_logprob": req.logprobs,
+            "top_logprobs_num": req.top_logprobs or 0,
+            "stream": req.stream,
+        }
+        states = self._submit_n(prompt, params, req.n, **kw)
+        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if req.stream:
+            return self._stream_chat(req, states, rid, created)
+        results = await self._gather(states, is_disconnected)
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": res.text},
+                "logprobs": {
+                    "content": self._chat_logprobs(
+                        res.output_token_logprobs, res.output_top_logprobs
+                    )
+                }
+                if req.logprobs
+                else None,
+                "finish_reason": _finish(res),
+            }
+            for i, res in enumerate(results)
+        ]
+        return {
+            "id": rid,
+            "object": "chat.completion",
+            "created": created,
+            "model": req.model,
+            "choices": choices,
+            "usage": usage(results),
+        }
+
+    def _chat_logprobs(self, pairs, tops) -> list[dict]:
+        def entry(lp, tid):
+            text = self._token_text(tid)
+            return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+        out = []
+        for j, (lp, tid) in enumerate(pairs):
+            e = entry(lp, tid)
+            e["top_logprobs"] = [entry(a, b) for a, b in tops[j]] if j < len(tops) else []
+            out.append(e)
+        return out
+
+    async def _stream_chat(self, req, states, rid, created) -> AsyncIterator[str]:
+        def chunk(i, delta, finish=None, logprobs=None):
+            return {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": req.model,
+                "choices": [
+                    {"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+                ],
+            }
+
+        for i in range(len(states)):
+            yield sse(chunk(i, {"role": "assistant", "content": ""}))
+        sent_lp = [0] * len(states)
+        async for i, delta in self.tm.merge_streams(states):
+            res = states[i].result
+            logprobs = None
+            if req.logprobs and res is not None:
+                new = res.output_token_logprobs[sent_lp[i] :]
+                logprobs = {
+                    "content": self._chat_logprobs(new, res.output_top_logprobs[sent_lp[i] :])
+                }
+                sent_lp[i] = len(res.output_token_logprobs)
+            if delta is None:
+                if res is not None:
+                    yield sse(chunk(i, {}, _finish(res), logprobs))
+            elif delta or logprobs:
+                yield sse(chunk(i, {"content": delta}, None, logprobs))
+        if (req.stream_options or {}).get("include_usage"):
+            yield sse(usage_chunk("chat.completion.chunk", rid, created, req.model, states))
+        yield "data: [DONE]\n\n"

@@ -1,0 +1,262 @@
+"""The HTTP process's side of the runtime: tokenizes, tracks request state, streams results."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import zmq
+import zmq.asyncio
+
+from runtime.engine import normalize_generate_input
+from runtime.messages import (
+    AbortReq,
+    BatchStrOut,
+    FlushCacheReq,
+    FlushCacheResp,
+    TokenizedGenerateReq,
+)
+from runtime.model.loader import load_tokenizer
+from runtime.outputs import GenerationResult
+from runtime.sampling.params import SamplingParams
+from runtime.scheduler.grammar_backend import GrammarBackend
+from runtime.server.metrics import ServerMetrics
+
+logger = logging.getLogger(__name__)
+
+
+class BadRequest(ValueError):
+    """A request field is invalid; `param` names it (OpenAI's error shape)."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class RequestRejected(ValueError):
+    """The scheduler refused a request (for example a prompt longer than the context)."""
+
+
+@dataclass
+class ReqState:
+    rid: str
+    prompt_len: int
+    params: SamplingParams
+    return_logprob: bool
+    top_logprobs_num: int
+    created: float = field(default_factory=time.perf_counter)
+    text: str = ""
+    output_ids: list[int] = field(default_factory=list)
+    result: GenerationResult | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    finished: bool = False
+    error: str | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class TokenizerManager:
+    def __init__(
+        self,
+        model_folder: str,
+        send_path: str,
+        recv_path: str,
+        metrics: ServerMetrics,
+        context_length: int,
+    ):
+        self.tokenizer = load_tokenizer(model_folder)
+        self.grammars = GrammarBackend(self.tokenizer)  # validates constraints before queueing
+        self.context_length = context_length
+        ctx = zmq.asyncio.Context()
+        self.send = ctx.socket(zmq.PUSH)
+        self.send.setsockopt(zmq.SNDHWM, 0)
+        self.send.connect(f"ipc://{send_path}")
+        self.recv = ctx.socket(zmq.PULL)
+        self.recv.setsockopt(zmq.RCVHWM, 0)
+        self.recv.bind(f"ipc://{recv_path}")
+        self.states: dict[str, ReqState] = {}
+        self.metrics = metrics
+        self.stats: dict = {}
+        self._flush_waiters: list[asyncio.Future] = []
+        self._loop_task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._loop_task is None:
+            self._loop_task = asyncio.get_running_loop().create_task(self._handle_loop())
+
+    # ---- requests ----------------------------------------------------------------------
+    def prepare(self, text, input_ids, sampling_params, rid=None):
+        """Tokenize and validate a /generate body; raises ValueError naming the bad field."""
+        return normalize_generate_input(
+            self.tokenizer, text, input_ids, sampling_params, rid, self.grammars
+        )
+
+    def submit(
+        self,
+        rid,
+        input_ids,
+        params,
+        return_logprob=False,
+        logprob_start_len=-1,
+        top_logprobs_num=0,
+        stream=False,
+    ) -> ReqState:
+        if rid in self.states:
+            raise ValueError(f"rid {rid!r} is already in use")
+        if top_logprobs_num < 0 or not isinstance(top_logprobs_num, int):
+            raise ValueError("top_logprobs_num must be an integer >= 0")
+        state = ReqState(rid, len(input_ids), params, return_logprob, top_logprobs_num)
+        self.states[rid] = state
+        self.send.send_pyobj(
+            TokenizedGenerateReq(
+                rid, input_ids, params, return_logprob, logprob_start_len, top_logprobs_num, stream
+            )
+        )
+        self.metrics.requests.inc()
+        self.metrics.prompt_tokens.inc(len(input_ids))
+        return state
+
+    async def wait_result(self, state: ReqState, is_disconnected=None) -> GenerationResult:
+        """Wait for the request to finish; aborts it if the client goes away."""
+        async for _ in self.stream(state, is_disconnected):
+            pass
+        if state.error:
+            raise RequestRejected(state.error)
+        return state.result
+
+    async def stream(self, state: ReqState, is_disconnected=None) -> AsyncIterator[str]:
+        """Yield text deltas as they arrive; ends when the request finishes."""
+        try:
+            sent = 0
+            while True:
+                try:
+                    await asyncio.wait_for(state.changed.wait(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    if is_disconnected is not None and await is_disconnected():
+                        self.abort(state.rid)
+                        return
+                    continue
+                state.changed.clear()
+                if len(state.text) > sent:
+                    yield state.text[sent:]
+                    sent = len(state.text)
+                if state.finished:
+                    return
+        except asyncio.CancelledError:
+            self.abort(state.rid)  # the client disconnected mid-stream
+            raise
+
+    def check_prompt(self, ids: list[int], field: str) -> None:
+        """Reject out-of-range token ids and prompts that leave no room in the context (400 early,
+        before the scheduler sees them)."""
+        vocab = len(self.tokenizer)
+        if any(not isinstance(t, int) or t < 0 or t >= vocab for t in ids):
+            raise BadRequest(f"{field}: token ids must lie in [0, {vocab})", field)
+        if len(ids) >= self.context_length:
+            raise BadRequest(
+                f"{field} has {len(ids)} tokens; this model's context is {self.context_length}",
+                field,
+            )
+
+    async def merge_streams(self, states: list[ReqState]) -> AsyncIterator[tuple[int, str]]:
+        """(choice index, text delta) from several requests as they arrive; None delta = done."""
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(i: int, state: ReqState):
+            try:
+                async for delta in self.stream(state):
+                    await queue.put((i, delta))
+            finally:
+                await queue.put((i, None))
+
+        tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(states)]
+        try:
+            done = 0
+            while done < len(states):
+                i, delta = await queue.get()
+                done += delta is None
+                yield i, delta
+        finally:
+            for t in tasks:
+                t.cancel()
+            for s in states:
+                if not s.finished:
+                    self.abort(s.rid)
+
+    def abort(self, rid: str) -> None:
+        """Ask the scheduler to stop a request; its waiter gets an "abort" finish reason."""
+        state = self.states.get(rid)
+        if state is not None and not state.finished:
+            self.send.send_pyobj(AbortReq(rid))
+            self.metrics.aborted.inc()
+
+    async def flush_cache(self) -> bool:
+        fut = asyncio.get_running_loop().create_future()
+        self._flush_waiters.append(fut)
+        self.send.send_pyobj(FlushCacheReq())
+        return await fut
+
+    # ---- results from the detokenizer --------------------------------------------------
+    async def _handle_loop(self) -> None:
+        while True:
+            msg = await self.recv.recv_pyobj()
+            if isinstance(msg, FlushCacheResp):
+                if self._flush_waiters:
+                    self._flush_waiters.pop(0).set_result(msg.success)
+                continue
+            if not isinstance(msg, BatchStrOut):
+                continue
+            if msg.stats:
+                self.stats = msg.stats
+                self.metrics.update_engine(msg.stats)
+            now = time.perf_counter()
+            for item in msg.outputs:
+                state = self.states.get(item.out.rid)
+                if state is not None:
+                    self._apply(state, item, now)
+
+    def _apply(self, state: ReqState, item, now: float) -> None:
+        out = item.out
+        if out.error:
+            state.error = out.error
+        state.text += item.text_delta
+        state.output_ids.extend(out.new_ids)
+        if out.new_ids:
+            if state.first_token_at is None:
+                state.first_token_at = now
+                self.metrics.ttft.observe(now - state.created)
+            elif state.last_token_at is not None:
+                self.metrics.itl.observe((now - state.last_token_at) / len(out.new_ids))
+            state.last_token_at = now
+            self.metrics.generation_tokens.inc(len(out.new_ids))
+        if state.result is None:
+            state.result = GenerationResult(
+                rid=state.rid,
+                text="",
+                output_ids=[],
+                finish_reason=None,
+                prompt_tokens=out.prompt_tokens,
+                cached_tokens=out.cached_tokens,
+                return_logprob=state.return_logprob,
+                top_logprobs_num=state.top_logprobs_num,
+            )
+        res = state.result
+        res.text, res.output_ids = state.text, state.output_ids
+        res.cached_tokens = out.cached_tokens
+        res.output_token_logprobs += out.output_token_logprobs
+        res.output_top_logprobs += out.output_top_logprobs
+        if out.input_token_logprobs is not None:
+            res.input_token_logprobs = out.input_token_logprobs
+            res.input_top_logprobs = out.input_top_logprobs
+        if out.finish_reason is not None:
+            state.finished = True
+            self.states.pop(state.rid, None)  # waiters hold the state itself
+            res.finish_reason = out.finish_reason
+            res.e2e_latency = now - state.created
+            if state.first_token_at is not None:
+                res.ttft = state.first_token_at - state.created
+            self.metrics.e2e.observe(now - state.created)
+        state.changed.set()
