@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 
 ALL_BYTES = (1 << 256) - 1
 EMPTY = ("cat", ())
 NOTHING = ("alt", ())
 MAX_NFA_STATES = 400_000
+_HASHED_ALT = 64  # alternations longer than this drop duplicates by hashing, not by comparing
 
 
 def byte_set(*ranges: tuple[int, int] | int) -> int:
@@ -53,11 +55,19 @@ def cat(*nodes) -> tuple:
 
 def alt(*nodes) -> tuple:
     flat = []
-    for n in nodes:
-        if n[0] == "alt":
-            flat.extend(n[1])
-        elif n not in flat:
-            flat.append(n)
+    if len(nodes) > _HASHED_ALT:
+        for n in nodes:
+            if n[0] == "alt":
+                flat.extend(n[1])
+            else:
+                flat.append(n)
+        flat = list(dict.fromkeys(flat))
+    else:
+        for n in nodes:
+            if n[0] == "alt":
+                flat.extend(n[1])
+            elif n not in flat:
+                flat.append(n)
     # merge single-byte alternatives into one set
     masks = [n[1] for n in flat if n[0] == "b"]
     if len(masks) > 1:
@@ -103,6 +113,8 @@ class NFA:
     def new(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
             raise GrammarError("grammar too large (automaton size limit reached)")
+        if not len(self.eps) & 1023:
+            checkpoint()
         self.eps.append([])
         self.edges.append([])
         self.nts.append([])
@@ -209,7 +221,9 @@ class NFA:
 def byte_classes(edges) -> list[tuple[int, list[int]]]:
     """Split the 256 bytes into classes with the same set of targets: [(byte mask, targets)]."""
     classes: list[tuple[int, list[int]]] = [(ALL_BYTES, [])]
-    for mask, target in edges:
+    for i, (mask, target) in enumerate(edges):
+        if i & 255 == 255:
+            checkpoint()
         nxt = []
         for cm, ts in classes:
             inter = cm & mask
@@ -245,7 +259,7 @@ class StateIndex:
         return i
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity, so nodes that embed one are hashable
 class EagerDFA:
     """A complete DFA without rule references: trans[s] = list of (byte mask, target)."""
 
@@ -265,6 +279,7 @@ class EagerDFA:
         start = nfa.closure([s])
         dfa.start = states(start, e in start)
         while states.todo:
+            checkpoint()
             S = states.todo.pop()
             i = states.index[S]
             edges = [edge for n in S for edge in nfa.edges[n]]
@@ -278,11 +293,17 @@ class EagerDFA:
         n = len(self.trans)
         rev: list[list[int]] = [[] for _ in range(n)]
         for s, tr in enumerate(self.trans):
+            if not s & 4095:
+                checkpoint()
             for _, t in tr:
                 rev[t].append(s)
         live = {s for s in range(n) if self.accept[s]}
         todo = list(live)
+        popped = 0
         while todo:
+            popped += 1
+            if not popped & 4095:
+                checkpoint()
             for p in rev[todo.pop()]:
                 if p not in live:
                     live.add(p)
@@ -343,6 +364,14 @@ class EagerDFA:
     def is_empty(self) -> bool:
         return not any(self.accept)
 
+    def accepts(self, data: bytes) -> bool:
+        s = self.start
+        for b in data:
+            s = next((t for m, t in self.trans[s] if m >> b & 1), None)
+            if s is None:
+                return False
+        return self.accept[s]
+
     def product(self, other: EagerDFA, mode: str, limit: int = 20_000) -> EagerDFA:
         """mode "and": both accept; "diff": self accepts and other does not."""
         out = EagerDFA()
@@ -354,6 +383,7 @@ class EagerDFA:
 
         out.start = intern(self.start, other.start)
         while states.todo:
+            checkpoint()
             a, b = states.todo.pop()
             i = states.index[(a, b)]
             other_tr = other.trans[b] if b >= 0 else []
@@ -379,8 +409,12 @@ class EagerDFA:
 
 
 def intersect(a, b) -> tuple:
-    return ("dfa", EagerDFA.from_node(a).product(EagerDFA.from_node(b), "and"))
+    return ("dfa", _determinised(a).product(_determinised(b), "and"))
 
 
 def difference(a, b) -> tuple:
-    return ("dfa", EagerDFA.from_node(a).product(EagerDFA.from_node(b), "diff"))
+    return ("dfa", _determinised(a).product(_determinised(b), "diff"))
+
+
+def _determinised(node) -> EagerDFA:
+    return node[1] if node[0] == "dfa" else EagerDFA.from_node(node)

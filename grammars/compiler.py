@@ -1,4 +1,10 @@
-"""GrammarCompiler: constraints in, shared compiled grammars out (cached by key)."""
+"""GrammarCompiler: constraints in, shared compiled grammars out (cached by key).
+
+Every compile takes an optional CompileBudget: the size of the constraint's text is checked
+before any work, then the deadline and cancel event, at once and while it runs
+(grammars.budget); a compile that stops leaves nothing in the cache, and the compiler serves
+other compiles as before.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,16 @@ import threading
 from collections import OrderedDict
 
 from grammars.automaton import alt, lit
+from grammars.budget import CompileBudget, checkpoint, running
 from grammars.errors import GrammarError
 from grammars.grammar import CompiledGrammar, Machine
+from grammars.literal_set import minimal_dfa
 from grammars.regex import regex_to_node
 from grammars.tokenizer_info import TokenizerInfo
 from grammars.vocabulary import Vocabulary
+
+MAX_SCHEMA_DEPTH = 256  # objects and arrays nested in a schema's JSON
+_MIN_CHOICE_SET = 32  # more choices become one minimal DFA rather than an alternation
 
 
 class GrammarCompiler:
@@ -34,37 +45,44 @@ class GrammarCompiler:
         return self.vocab.size
 
     def _cached(self, key: tuple, build) -> CompiledGrammar:
+        """The grammar of `key`, built by `build()` (rules, root) unless cached; call it under
+        running(budget): a build that stops on the budget caches nothing."""
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-        collecting = gc.isenabled()
-        gc.disable()  # compilation allocates many small lists; cyclic GC passes dominate
-        try:
-            rules, root = build()
-            grammar = CompiledGrammar(Machine(rules, root), self.vocab, key[0])
-        except RecursionError:
-            raise GrammarError("constraint nested too deeply") from None
-        finally:
-            if collecting:
-                gc.enable()
+        grammar = CompiledGrammar(_machine(build), self.vocab, key[0])
         with self._lock:
             self._cache[key] = grammar
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return grammar
 
-    def compile_regex(self, pattern: str) -> CompiledGrammar:
+    # Each compile checks the size of the constraint first, then the budget (even when the
+    # grammar is cached: a cancelled request gets no grammar), then often while it works.
+    def compile_regex(
+        self, pattern: str, *, budget: CompileBudget | None = None
+    ) -> CompiledGrammar:
         """The whole output must match `pattern` (Python `re` syntax)."""
-        return self._cached(("regex", pattern), lambda: ({"root": regex_to_node(pattern)}, "root"))
+        _check_size(budget, pattern)
+        with running(budget):
+            checkpoint()
+            return self._cached(
+                ("regex", pattern), lambda: ({"root": regex_to_node(pattern)}, "root")
+            )
 
-    def compile_choices(self, choices: list[str]) -> CompiledGrammar:
+    def compile_choices(
+        self, choices: list[str], *, budget: CompileBudget | None = None
+    ) -> CompiledGrammar:
+        """The whole output must be one of `choices`."""
         if not choices or not all(isinstance(c, str) for c in choices):
             raise GrammarError("choices must be a non-empty list of strings")
-        return self._cached(
-            ("choices", tuple(choices)), lambda: ({"root": alt(*(lit(c) for c in choices))}, "root")
-        )
+        if budget is not None:
+            budget.check_size(sum(len(c.encode("utf-8", "surrogatepass")) for c in choices))
+        with running(budget):
+            checkpoint()
+            return self._cached(("choices", tuple(choices)), lambda: _choices_rules(choices))
 
     def compile_json_schema(
         self,
@@ -73,40 +91,108 @@ class GrammarCompiler:
         any_whitespace: bool = True,
         separators: tuple[str, str] | None = None,
         strict_mode: bool = False,
+        budget: CompileBudget | None = None,
     ) -> CompiledGrammar:
         """`schema` as a dict or JSON text. any_whitespace=False writes exactly `separators`
         (default ", " and ": "); strict_mode=True forbids properties and items the schema does
         not name (as if additionalProperties / items were false)."""
-        from grammars.json_schema import schema_to_rules
+        from grammars.json_schema import check_depth, check_text_depth, schema_to_rules
 
         if isinstance(schema, str):
+            _check_size(budget, schema)
+        with running(budget):
+            checkpoint()
+            if isinstance(schema, str):
+                check_text_depth(schema, MAX_SCHEMA_DEPTH)  # before json.loads recurses
+                try:
+                    schema = json.loads(schema)
+                except ValueError as exc:  # not JSON, or a number too long to read
+                    raise GrammarError(f"schema is not valid JSON: {exc}") from None
+            # before json.dumps and the builder recurse
+            check_depth(schema, MAX_SCHEMA_DEPTH, budget.max_bytes if budget else None)
             try:
-                schema = json.loads(schema)
-            except json.JSONDecodeError as exc:
-                raise GrammarError(f"schema is not valid JSON: {exc}") from None
-        key = (
-            "json_schema",
-            json.dumps(schema, sort_keys=True),
-            any_whitespace,
-            tuple(separators) if separators else None,
-            strict_mode,
-        )
-        return self._cached(
-            key,
-            lambda: schema_to_rules(
-                schema, any_whitespace=any_whitespace, separators=separators, strict=strict_mode
-            ),
-        )
+                text = json.dumps(schema, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+            except ValueError as exc:  # an integer too long to write
+                raise GrammarError(f"schema cannot be written as JSON: {exc}") from None
+            _check_size(budget, text)
+            checkpoint()
+            key = (
+                "json_schema",
+                text,
+                any_whitespace,
+                tuple(separators) if separators else None,
+                strict_mode,
+            )
+            return self._cached(
+                key,
+                lambda: schema_to_rules(
+                    schema,
+                    any_whitespace=any_whitespace,
+                    separators=separators,
+                    strict=strict_mode,
+                ),
+            )
 
     def compile_builtin_json_grammar(self) -> CompiledGrammar:
         """Any JSON value."""
         return self.compile_json_schema({})
 
-    def compile_ebnf(self, grammar: str, start: str = "start") -> CompiledGrammar:
-        """A grammar in lark's EBNF syntax, matched at the character level."""
+    def compile_ebnf(
+        self, grammar: str, start: str = "start", *, budget: CompileBudget | None = None
+    ) -> CompiledGrammar:
+        """A grammar in lark's EBNF syntax, matched at the character level (%import serves
+        lark's standard library only)."""
         from grammars.ebnf import lark_to_rules
 
-        return self._cached(("ebnf", grammar, start), lambda: lark_to_rules(grammar, start))
+        _check_size(budget, grammar)
+        with running(budget):
+            checkpoint()
+            return self._cached(("ebnf", grammar, start), lambda: lark_to_rules(grammar, start))
+
+
+class _MachineBuilder(GrammarCompiler):
+    """GrammarCompiler's compile_* methods without a vocabulary or a cache: each stops at the
+    vocabulary-free Machine."""
+
+    def __init__(self):  # nothing to hold
+        pass
+
+    def _cached(self, key: tuple, build) -> Machine:
+        return _machine(build)
+
+
+def build_machine(kind: str, spec, *, budget: CompileBudget | None = None) -> Machine:
+    """The automaton of one constraint (`kind`: json_schema, regex, ebnf or choices, with the
+    argument its compile_* method takes), built without a vocabulary and picklable, so that
+    another process can build it; CompiledGrammar(machine, compiler.vocab) makes it usable."""
+    if kind not in ("json_schema", "regex", "ebnf", "choices"):
+        raise GrammarError(f"unknown constraint kind {kind!r}")
+    return getattr(_MachineBuilder(), f"compile_{kind}")(spec, budget=budget)
+
+
+def _machine(build) -> Machine:
+    """Machine(*build()), where build() gives (rules, root)."""
+    collecting = gc.isenabled()
+    gc.disable()  # compilation allocates many small lists; cyclic GC passes dominate
+    try:
+        rules, root = build()
+        return Machine(rules, root)
+    except RecursionError:
+        raise GrammarError("constraint nested too deeply") from None
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _check_size(budget: CompileBudget | None, text: str) -> None:
+    if budget is not None and budget.max_bytes is not None:
+        budget.check_size(len(text.encode("utf-8", "surrogatepass")))
+
+
+def _choices_rules(choices: list[str]) -> tuple[dict, str]:
+    if len(choices) < _MIN_CHOICE_SET:
+        return {"root": alt(*(lit(c) for c in choices))}, "root"
+    return {"root": ("dfa", minimal_dfa(tuple(c.encode("utf-8")) for c in choices))}, "root"
 
 
 def warm_up() -> None:

@@ -5,19 +5,59 @@ becomes a byte-level automaton (string literals, or Python regexes with their fl
 into the rules, and %ignore terminals may appear between any two symbols and around the text.
 Direct left recursion (A: A x | y, as lark writes repetition) is rewritten to y x*; indirect
 left recursion raises GrammarError.
+
+A grammar never reaches the file system: %import serves lark's own standard library (common,
+unicode, lark, python) from lark's package data and refuses every other module, so lark never
+falls back to opening a file the user named.
 """
 
 from __future__ import annotations
 
+import pkgutil
 import re
 
+import numpy as np
+
 from grammars.automaton import EMPTY, NOTHING, alt, cat, lit, rep
+from grammars.budget import checkpoint, watching_calls
 from grammars.errors import GrammarError
 from grammars.regex import regex_to_node
 
 # lark's common.lark writes these with look-arounds; the same languages without them
 _COMMON = {"ESCAPED_STRING": r'"(\\.|[^"\\])*"', "_STRING_ESC_INNER": r'(\\.|[^"\\])*'}
 _FLAGS = {"i": re.IGNORECASE, "s": re.DOTALL, "m": re.MULTILINE, "x": re.VERBOSE, "u": 0, "l": 0}
+STDLIB = ("common", "unicode", "lark", "python")  # the grammars lark ships in lark/grammars/
+_stdlib_texts: dict[str, str] = {}
+MAX_NESTING = 100  # ( and [ nested deeper are refused before lark recurses into them
+# what may hold brackets that do not nest: strings, regular expressions, comments (an
+# unclosed one runs to the end of its line or text, so the scan never fails and stays linear)
+_OPAQUE = re.compile(r'"(?:[^"\\\n]|\\.?)*"?|/(?![/*])(?:[^/\\]|\\.?)*/?|//[^\n]*', re.DOTALL)
+
+
+def _import_stdlib(base_path, grammar_path: str) -> tuple[str, str]:
+    """lark's import hook, asked first for every %import: (name, text) of a module of lark's
+    standard library; GrammarError for anything else (an IOError would let lark go on to
+    open files)."""
+    module = grammar_path.removesuffix(".lark").replace("/", ".").replace("\\", ".")
+    if base_path is not None or module not in STDLIB:
+        shown = module if base_path is None else "." + module
+        raise GrammarError(
+            f"ebnf: %import {shown} is not allowed; only lark's standard library can be "
+            f"imported ({', '.join(STDLIB)})"
+        )
+    text = _stdlib_texts.get(module)
+    if text is None:
+        data = pkgutil.get_data("lark", f"grammars/{module}.lark")
+        text = _stdlib_texts[module] = data.decode("utf-8") if data else ""
+    return f"<lark stdlib {module}>", text
+
+
+def nesting_depth(text: str) -> int:
+    """How deep ( and [ nest in a lark grammar (strings, regexps and comments left out)."""
+    data = np.frombuffer(_OPAQUE.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
+    steps = np.isin(data, (ord("("), ord("["))).astype(np.int64)
+    steps -= np.isin(data, (ord(")"), ord("]")))
+    return int(np.cumsum(steps).max(initial=0))
 
 
 def lark_to_rules(text: str, start: str = "start") -> tuple[dict, str]:
@@ -26,8 +66,15 @@ def lark_to_rules(text: str, start: str = "start") -> tuple[dict, str]:
         from lark.grammar import NonTerminal
     except ImportError as exc:  # pragma: no cover - lark is a dependency
         raise GrammarError("EBNF grammars need the 'lark' package") from exc
+    if nesting_depth(text) > MAX_NESTING:
+        raise GrammarError(f"ebnf: parentheses or brackets nested more than {MAX_NESTING} deep")
     try:
-        parser = lark.Lark(text, start=start, parser="earley", lexer="dynamic")
+        with watching_calls():  # lark's loops have no checkpoints (and some are exponential)
+            parser = lark.Lark(
+                text, start=start, parser="earley", lexer="dynamic", import_paths=[_import_stdlib]
+            )
+    except GrammarError:
+        raise
     except Exception as exc:  # lark raises several error types for bad grammars
         raise GrammarError(f"ebnf: {type(exc).__name__}: {exc}".strip()) from None
     terminals = {t.name: t for t in parser.terminals}
@@ -61,6 +108,7 @@ def lark_to_rules(text: str, start: str = "start") -> tuple[dict, str]:
         return ("nt", sym.name) if isinstance(sym, NonTerminal) else terminal(sym.name)
 
     def sequence(symbols) -> tuple:
+        checkpoint()
         parts = []
         for i, sym in enumerate(symbols):
             if i:

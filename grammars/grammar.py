@@ -18,8 +18,8 @@ import threading
 
 import numpy as np
 
-from grammars import lazydfa, lazydfa_arrays
-from grammars.automaton import ALL_BYTES, NFA, mask_bytes
+from grammars import lazydfa, lazydfa_arrays, nfa_passes
+from grammars.automaton import NFA
 from grammars.errors import GrammarError
 from grammars.vocabulary import Vocabulary
 
@@ -54,15 +54,13 @@ class Machine:
             for name, _ in edges:
                 if name not in self.rule_index:
                     raise GrammarError(f"reference to undefined rule {name!r}")
-        self.nfa = nfa
         self.names = names
         self.root = self.rule_index[root]
-        self._prune(starts, finals)
-        self._check_left_recursion(starts, finals)
+        nfa_passes.prune(nfa, self.rule_index, self.root, starts, finals)
+        nfa_passes.check_left_recursion(nfa, self.rule_index, names, starts, finals)
         self.has_pushes = any(nfa.nts)
-        first = self._first_bytes(starts, finals)
+        first = nfa_passes.first_bytes(nfa, self.rule_index, starts, finals)
         self.arrays = lazydfa_arrays.freeze_nfa(nfa, self.rule_index, finals, first)
-        self.nfa = None  # everything below reads the arrays
         self.dfa = lazydfa_arrays.empty_dfa()
         self._rows: dict[int, list[int]] = {}
         self._live: dict[int, list[int]] = {}
@@ -71,114 +69,6 @@ class Machine:
         self.rule_start = [
             self._run(lazydfa.intern_closure, np.array([s], np.int64)) for s in starts
         ]
-
-    # -- construction checks ------------------------------------------------------------------
-    def _prune(self, starts, finals) -> None:
-        """Remove every NFA state that cannot reach its rule's end, and references to rules
-        that cannot match anything."""
-        nfa = self.nfa
-        n = len(nfa.eps)
-        rev: list[list[int]] = [[] for _ in range(n)]
-        for s in range(n):
-            for t in nfa.eps[s]:
-                rev[t].append(s)
-            for _, t in nfa.edges[s]:
-                rev[t].append(s)
-        nt_rev: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        for s in range(n):
-            for name, t in nfa.nts[s]:
-                nt_rev[t].append((self.rule_index[name], s))
-        productive: set[int] = set()
-        while True:
-            live = set(finals)
-            todo = list(finals)
-            while todo:
-                t = todo.pop()
-                preds = list(rev[t]) + [s for r, s in nt_rev[t] if r in productive]
-                for s in preds:
-                    if s not in live:
-                        live.add(s)
-                        todo.append(s)
-            now = {r for r, s in enumerate(starts) if s in live}
-            if now == productive:
-                break
-            productive = now
-        if self.root not in productive:
-            raise GrammarError("the constraint admits no value at all")
-        for s in range(n):
-            if s not in live:
-                nfa.eps[s], nfa.edges[s], nfa.nts[s] = [], [], []
-                continue
-            nfa.eps[s] = [t for t in nfa.eps[s] if t in live]
-            nfa.edges[s] = [(m, t) for m, t in nfa.edges[s] if t in live]
-            nfa.nts[s] = [
-                (nm, t) for nm, t in nfa.nts[s] if t in live and self.rule_index[nm] in productive
-            ]
-        nfa._closures.clear()
-
-    def _check_left_recursion(self, starts, finals) -> None:
-        nfa = self.nfa
-        nullable: set[int] = set()
-        changed = True
-        while changed:
-            changed = False
-            for r, s in enumerate(starts):
-                if r not in nullable and finals[r] in self._eps_reach(s, nullable):
-                    nullable.add(r)
-                    changed = True
-        calls = {}
-        for r, s in enumerate(starts):
-            reach = self._eps_reach(s, nullable)
-            calls[r] = {self.rule_index[nm] for x in reach for nm, _ in nfa.nts[x]}
-        for r in range(len(starts)):
-            seen, todo = set(), list(calls[r])
-            while todo:
-                x = todo.pop()
-                if x == r:
-                    raise GrammarError(f"left recursion in rule {self.names[r]!r}")
-                if x not in seen:
-                    seen.add(x)
-                    todo.extend(calls[x])
-
-    def _eps_reach(self, s: int, nullable: set[int]) -> set[int]:
-        nfa = self.nfa
-        seen, todo = {s}, [s]
-        while todo:
-            x = todo.pop()
-            nxt = list(nfa.eps[x]) + [t for nm, t in nfa.nts[x] if self.rule_index[nm] in nullable]
-            for t in nxt:
-                if t not in seen:
-                    seen.add(t)
-                    todo.append(t)
-        return seen
-
-    def _first_bytes(self, starts, finals) -> np.ndarray:
-        """first[r, b]: byte b can start rule r (every byte when r can be empty, since then
-        what follows counts)."""
-        nfa = self.nfa
-        masks: dict[int, int] = {}
-
-        def first_of(r: int) -> int:
-            if r in masks:
-                return masks[r]
-            masks[r] = ALL_BYTES  # conservative while computing (recursion)
-            members = nfa.closure([starts[r]])
-            mask = 0
-            if finals[r] in members:
-                mask = ALL_BYTES
-            else:
-                for n in members:
-                    for m, _ in nfa.edges[n]:
-                        mask |= m
-                    for name, _ in nfa.nts[n]:
-                        mask |= first_of(self.rule_index[name])
-            masks[r] = mask
-            return mask
-
-        out = np.zeros((len(starts), 256), bool)
-        for r in range(len(starts)):
-            out[r, mask_bytes(first_of(r))] = True
-        return out
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
     def _run(self, kernel, *args):

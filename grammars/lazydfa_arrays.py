@@ -7,6 +7,7 @@ from itertools import chain
 
 import numpy as np
 
+from grammars.budget import checkpoint
 from grammars.lazydfa import _MEM, _PUSHES, _STATES, _WANT, DFAArrays, NFAArrays, rehash
 
 
@@ -28,21 +29,29 @@ def freeze_nfa(nfa, rule_index: dict[str, int], finals, first: np.ndarray) -> NF
 
     eps_ptr = csr(nfa.eps)
     eps_idx = np.fromiter(chain.from_iterable(nfa.eps), np.int64, int(eps_ptr[-1]))
+    checkpoint()
     e_ptr = csr(nfa.edges)
+    checkpoint()
     flat = list(chain.from_iterable(nfa.edges))
     mask_ids: dict[int, int] = {}
     e_byte = np.full(len(flat), -1, np.int64)
     e_mask = np.full(len(flat), -1, np.int64)
     for j, (mask, _) in enumerate(flat):
+        if not j & 4095:
+            checkpoint()
         if mask & (mask - 1) == 0:
             e_byte[j] = mask.bit_length() - 1
         else:
             e_mask[j] = mask_ids.setdefault(mask, len(mask_ids))
     masks = np.zeros((max(1, len(mask_ids)), 256), np.bool_)
     for mask, k in mask_ids.items():
+        if not k & 1023:
+            checkpoint()
         masks[k] = _mask_row(mask)
     e_tgt = np.fromiter((t for _, t in flat), np.int64, len(flat))
+    checkpoint()
     nt_ptr = csr(nfa.nts)
+    checkpoint()
     nt_flat = list(chain.from_iterable(nfa.nts))
     nt_rule = np.fromiter((rule_index[r] for r, _ in nt_flat), np.int64, len(nt_flat))
     nt_tgt = np.fromiter((t for _, t in nt_flat), np.int64, len(nt_flat))

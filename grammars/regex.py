@@ -8,11 +8,15 @@ such as `\\n`, or `\\uXXXX` (any case of hex digits; astral characters as surrog
 
 from __future__ import annotations
 
+import functools
 import re
 from re import _constants as C  # noqa: N812
 from re import _parser
 
+import numpy as np
+
 from grammars.automaton import EMPTY, NOTHING, alt, byte_set, cat, lit, rep
+from grammars.budget import checkpoint, watching_calls
 from grammars.errors import GrammarError
 
 MAX_CODEPOINT = 0x10FFFF
@@ -45,6 +49,10 @@ _SHORT_ESCAPES = {
     0x09: "t",
 }
 _HEX = "0123456789abcdef"
+MAX_GROUP_DEPTH = 128  # groups nested deeper are refused before the parser recurses into them
+# an escape, or a character class (to the end of the text when unclosed, so it never fails
+# and the scan stays linear)
+_ESCAPE_OR_CLASS = re.compile(r"\\.|\[\^?\]?(?:[^\]\\]|\\.?)*\]?", re.DOTALL)
 
 
 def normalize(ranges) -> Ranges:
@@ -145,10 +153,17 @@ def _hex4(lo: int, hi: int) -> tuple:
 def raw_chars(ranges: Ranges) -> tuple:
     """Any one character of `ranges`, as UTF-8 bytes."""
     seqs = []
-    for lo, hi in normalize(ranges):
+    for i, (lo, hi) in enumerate(normalize(ranges)):
+        if i & 1023 == 1023:
+            checkpoint()
         for seq in utf8_sequences(lo, hi):
             seqs.append(cat(*(("b", byte_set(r)) for r in seq)))
     return alt(*seqs) if seqs else NOTHING
+
+
+@functools.lru_cache(maxsize=4096)
+def _raw_char(c: int) -> tuple:
+    return raw_chars([(c, c)])
 
 
 _MUST_ESCAPE: Ranges = [(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]
@@ -169,6 +184,11 @@ def json_chars(ranges: Ranges) -> tuple:
     return alt(*[p for p in parts if p != NOTHING])
 
 
+@functools.lru_cache(maxsize=4096)
+def _json_char(c: int) -> tuple:
+    return json_chars([(c, c)])
+
+
 def _case_variants(ranges: Ranges) -> Ranges:
     extra = []
     for lo, hi in ranges:
@@ -182,8 +202,10 @@ def _case_variants(ranges: Ranges) -> Ranges:
 class _Converter:
     def __init__(self, json_mode: bool, flags: int):
         self.chars = json_chars if json_mode else raw_chars
+        self.json_mode = json_mode
         self.ignore_case = bool(flags & re.IGNORECASE)
         self.dotall = bool(flags & re.DOTALL)
+        self.items = 0  # converted so far (the budget is checked every 64)
 
     def charset(self, ranges: Ranges) -> tuple:
         if self.ignore_case:
@@ -226,7 +248,12 @@ class _Converter:
         return cat(*(self.item(op, av) for op, av in items))
 
     def item(self, op, av) -> tuple:
+        self.items += 1
+        if not self.items & 63:
+            checkpoint()
         if op is C.LITERAL:
+            if not self.ignore_case:  # the common case, cached
+                return _json_char(av) if self.json_mode else _raw_char(av)
             return self.charset([(av, av)])
         if op is C.NOT_LITERAL:
             return self.charset(negate([(av, av)]))
@@ -259,10 +286,27 @@ class _Converter:
 
 
 def _parse(pattern: str, flags: int = 0):
+    if pattern.count("(") > MAX_GROUP_DEPTH and group_depth(pattern) > MAX_GROUP_DEPTH:
+        raise GrammarError(f"pattern: groups nested more than {MAX_GROUP_DEPTH} deep")
     try:
-        return _parser.parse(pattern, flags)
+        with watching_calls():  # the parser is Python code without checkpoints
+            return _parser.parse(pattern, flags)
     except (re.error, OverflowError, RecursionError) as exc:
-        raise GrammarError(f"pattern: invalid regular expression {pattern!r}: {exc}") from None
+        raise GrammarError(
+            f"pattern: invalid regular expression {_shorten(pattern)}: {exc}"
+        ) from None
+
+
+def group_depth(pattern: str) -> int:
+    """How deep the groups of `pattern` nest (escapes and character classes left out)."""
+    text = _ESCAPE_OR_CLASS.sub("", pattern).encode("utf-8", "surrogatepass")
+    data = np.frombuffer(text, np.uint8)
+    steps = (data == ord("(")).astype(np.int64) - (data == ord(")"))
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _shorten(pattern: str, limit: int = 200) -> str:
+    return repr(pattern) if len(pattern) <= limit else repr(pattern[:limit]) + "..."
 
 
 _BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)

@@ -62,8 +62,12 @@ def normalize_generate_input(
     rids = [rid] if isinstance(rid, str) else rid
     if rids is None:
         rids = [uuid.uuid4().hex for _ in prompts]
+    if not isinstance(rids, list) or not all(isinstance(r, str) and r for r in rids):
+        raise ValueError("rid must be a non-empty string or a list of them")
     if len(rids) != len(prompts):
         raise ValueError("rid: give one id per prompt")
+    if len(set(rids)) != len(rids):
+        raise ValueError("rid: the ids of one batch must be distinct")
     if grammars is not None:
         for sp in params:
             grammars.compile(sp)  # a bad schema / regex / grammar is a ValueError naming it

@@ -52,7 +52,8 @@ class ReqOutput:
     stop_strings: list[str] = field(default_factory=list)
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
-    error: str | None = None  # the scheduler refused the request
+    error: str | None = None  # the request failed: refused (400) or broken in the server (500)
+    error_status: int | None = None
 
 
 @dataclass

@@ -52,6 +52,15 @@ class ServerArgs:
         None, "Require 'Authorization: Bearer KEY' on every endpoint but /health."
     )
     log_level: str = _opt("info", "Logging level.")
+    max_request_bytes: int = _opt(
+        16 << 20, "Largest HTTP request body in bytes; larger bodies get 413 before parsing."
+    )
+    grammar_compile_timeout: float = _opt(
+        10.0, "Seconds a json_schema / regex / ebnf constraint may take to compile (else 400)."
+    )
+    shutdown_timeout: float = _opt(
+        10.0, "Seconds SIGTERM waits for requests in flight before the server exits."
+    )
 
     def __post_init__(self):
         if self.schedule_policy not in SCHEDULE_POLICIES:
@@ -68,6 +77,12 @@ class ServerArgs:
             raise ValueError("max_total_tokens must be at least 16")
         if self.max_running_requests < 1:
             raise ValueError("max_running_requests must be at least 1")
+        if self.max_request_bytes < 1024:
+            raise ValueError("max_request_bytes must be at least 1024")
+        if not self.grammar_compile_timeout > 0:
+            raise ValueError("grammar_compile_timeout must be a positive number of seconds")
+        if not self.shutdown_timeout >= 0:
+            raise ValueError("shutdown_timeout must be a number of seconds >= 0")
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:

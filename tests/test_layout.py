@@ -22,6 +22,7 @@ LAYERS = [
         "runtime.cache.memory_pool",
         "runtime.detokenizer.incremental",
         "runtime.server.metrics",
+        "runtime.faults",
     ],
     ["runtime.server_args", "runtime.scheduler.req"],
     ["runtime.messages", "runtime.ipc", "runtime.outputs", "runtime.cache", "runtime.sampling"],

@@ -7,5 +7,6 @@ GrammarError naming the keyword, so a schema is never silently weakened.
 """
 
 from grammars.json_schema.builder import schema_to_rules
+from grammars.json_schema.core import check_depth, check_text_depth
 
-__all__ = ["schema_to_rules"]
+__all__ = ["check_depth", "check_text_depth", "schema_to_rules"]

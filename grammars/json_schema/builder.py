@@ -6,7 +6,16 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from grammars.automaton import EMPTY, NOTHING, alt, byte_set, cat, difference, lit, opt, rep
+from grammars.budget import checkpoint
 from grammars.errors import GrammarError
+from grammars.json_schema.constants import (
+    MIN_LITERAL_SET,
+    common_values,
+    constant_values,
+    constants_node,
+    only_constants,
+    scalar_keys,
+)
 from grammars.json_schema.containers import _ContainerNodes
 from grammars.json_schema.core import (
     _ANNOTATIONS,
@@ -16,7 +25,6 @@ from grammars.json_schema.core import (
     _constrains,
     _has_rules,
     _implied_types,
-    _json_type,
     _types_of,
     _value_types,
     node_size,
@@ -27,6 +35,7 @@ from grammars.json_schema.strings import _string_literal, string_node
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
+MAX_NESTING = 200  # schemas (subschemas, $refs) nested in one another
 
 
 def schema_to_rules(
@@ -68,6 +77,7 @@ class _Builder(_ContainerNodes):
         self._recursive: set[str] = set()
         self._ref_nodes: dict[str, tuple] = {}
         self._ref_rules: dict[str, str] = {}
+        self._depth = 0  # value() calls under way
 
     # -- references --
     def resolve(self, ref: str):
@@ -98,7 +108,7 @@ class _Builder(_ContainerNodes):
             return ("nt", name)
         cached = self._ref_nodes.get(key)
         if cached is not None:
-            if node_size(cached) <= _MAX_INLINE_USES:
+            if node_size(cached, _MAX_INLINE_USES) <= _MAX_INLINE_USES:
                 return cached
             name = self._ref_rules[key] = f"ref{len(self._ref_rules)}"
             self.rules[name] = cat(self.ws, cached)
@@ -134,6 +144,17 @@ class _Builder(_ContainerNodes):
         return alt(lit("null"), lit("true"), lit("false"), _NUMBER, string_node({}), array, obj)
 
     def value(self, schema, path: str) -> tuple:
+        """The node of `schema` (at `path`, for messages)."""
+        if self._depth >= MAX_NESTING:  # before Python's own limit, whatever that is set to
+            raise GrammarError(f"schema nested more than {MAX_NESTING} levels deep ({path[:200]})")
+        checkpoint()
+        self._depth += 1
+        try:
+            return self._value(schema, path)
+        finally:
+            self._depth -= 1
+
+    def _value(self, schema, path: str) -> tuple:
         if schema is True:
             return self.any_value()
         if schema is False:
@@ -172,54 +193,75 @@ class _Builder(_ContainerNodes):
             return self.value(self._expand_alternatives(schema, path), path)
         for key in ("anyOf", "oneOf"):
             if key in schema:
-                base = {k: v for k, v in schema.items() if k != key}
-                branches = schema[key]
-                if not isinstance(branches, list) or not branches:
-                    raise GrammarError(f"{key} must be a non-empty list at {path}")
-                nodes = []
-                for i, sub in enumerate(branches):
-                    if _constrains(base):
-                        if isinstance(sub, dict) and "$ref" in sub:
-                            target, _ = self.resolve(sub["$ref"])
-                            sub = target
-                        sub = _merge(base, sub, f"{path}/{key}/{i}")
-                    nodes.append(self.value(sub, f"{path}/{key}/{i}"))
-                if key == "oneOf":
-                    resolved = [self._deref(b, path) for b in branches]
-                    if isinstance(base, dict) and _constrains(base):
-                        resolved = [_merge(base, b, path) for b in resolved]
-                    undecided = [
-                        i
-                        for i in range(len(nodes))
-                        if any(
-                            not self._disjoint(resolved[i], resolved[j], path)
-                            for j in range(len(nodes))
-                            if j != i
-                        )
-                    ]
-                    _check_exclusive([nodes[i] for i in undecided], path)
-                return alt(*nodes)
-        if "const" in schema:
-            return self.literal(schema["const"], path)
-        if "enum" in schema:
-            values = schema["enum"]
-            if not isinstance(values, list):
-                raise GrammarError(f"enum must be a list at {path}")
-            types = _types_of(schema)
-            kept = [
-                v
-                for v in values
-                if types is None
-                or _json_type(v) in types
-                or (_json_type(v) == "integer" and "number" in types)
-            ]
-            return alt(*(self.literal(v, path) for v in kept))
+                return self.alternatives(schema, key, path)
+        values = constant_values(schema, path)
+        if values is not None:
+            return constants_node(values, self.literal, path)
         types = _types_of(schema)
         if types is None:
             types = _implied_types(schema)
         if types is None:
             return self.any_value()
         return alt(*(self.typed(t, schema, path) for t in types))
+
+    def alternatives(self, schema: dict, key: str, path: str) -> tuple:
+        """anyOf / oneOf, the keywords beside it merged into each branch; the branches that are
+        only constants, when there are many, share one node of all their values."""
+        base = {k: v for k, v in schema.items() if k != key}
+        branches = schema[key]
+        if not isinstance(branches, list) or not branches:
+            raise GrammarError(f"{key} must be a non-empty list at {path}")
+        subs = []
+        for i, sub in enumerate(branches):
+            if _constrains(base):
+                if isinstance(sub, dict) and "$ref" in sub:
+                    target, _ = self.resolve(sub["$ref"])
+                    sub = target
+                sub = _merge(base, sub, f"{path}/{key}/{i}")
+            subs.append(sub)
+        constant = [i for i, sub in enumerate(subs) if only_constants(sub)]
+        if len(constant) < MIN_LITERAL_SET:
+            constant = []
+        shared = set(constant)
+        nodes = {
+            i: self.value(sub, f"{path}/{key}/{i}") for i, sub in enumerate(subs) if i not in shared
+        }
+        if key == "oneOf":
+            resolved = [self._deref(b, path) for b in branches]
+            if isinstance(base, dict) and _constrains(base):
+                resolved = [_merge(base, b, path) for b in resolved]
+            undecided = self._overlapping(resolved, path)
+            exact = [
+                nodes[i] if i in nodes else self.value(subs[i], f"{path}/{key}/{i}")
+                for i in undecided
+            ]
+            _check_exclusive(exact, path)
+        parts = list(nodes.values())
+        if constant:
+            values = [v for i in constant for v in constant_values(subs[i], path)]
+            parts.append(constants_node(values, self.literal, path))
+        return alt(*parts)
+
+    def _overlapping(self, branches: list, path: str) -> list[int]:
+        """The branches that may share a value with another one (to be checked exactly);
+        branches of scalar constants are told apart by their constants alone."""
+        keys = [scalar_keys(b) for b in branches]
+        owners: dict = {}  # constant -> how many branches name it
+        for ks in keys:
+            for k in ks or ():
+                owners[k] = owners.get(k, 0) + 1
+        general = [j for j, ks in enumerate(keys) if ks is None]
+        out = []
+        for i, ks in enumerate(keys):
+            checkpoint()
+            if ks is not None and any(owners[k] > 1 for k in ks):
+                out.append(i)
+                continue
+            others = general if ks is not None else range(len(branches))
+            a = branches[i]
+            if any(j != i and not self._disjoint(a, branches[j], path) for j in others):
+                out.append(i)
+        return out
 
     def _disjoint(self, a, b, path: str) -> bool:
         """True when no value can match both schemas (by type, const/enum, or a required
@@ -233,7 +275,7 @@ class _Builder(_ContainerNodes):
         if ta is not None and tb is not None and not (ta & tb):
             return True
         ca, cb = _constants(a), _constants(b)
-        if ca is not None and cb is not None and not any(x in cb for x in ca):
+        if ca is not None and cb is not None and not common_values(ca, cb):
             return True
         pa, pb = a.get("properties") or {}, b.get("properties") or {}
         for name in set(a.get("required") or []) & set(b.get("required") or []):
@@ -241,7 +283,7 @@ class _Builder(_ContainerNodes):
                 va, vb = self._deref(pa[name], path), self._deref(pb[name], path)
                 if isinstance(va, dict) and isinstance(vb, dict):
                     ca, cb = _constants(va), _constants(vb)
-                    if ca is not None and cb is not None and not any(x in cb for x in ca):
+                    if ca is not None and cb is not None and not common_values(ca, cb):
                         return True
         return False
 
@@ -266,7 +308,7 @@ class _Builder(_ContainerNodes):
             raise GrammarError(
                 f"not: only supported where both sides are non-recursive and fully typed ({path})"
             )
-        if node_size(base_node) > 5000 or node_size(negated_node) > 5000:
+        if node_size(base_node, 5000) > 5000 or node_size(negated_node, 5000) > 5000:
             raise GrammarError(f"not: schema too large to negate ({path})")
         return difference(base_node, negated_node)
 
@@ -344,7 +386,7 @@ def _check_exclusive(nodes, path: str) -> None:
     from grammars.automaton import EagerDFA
 
     for n in nodes:
-        if _has_rules(n) or node_size(n) > 2000:
+        if _has_rules(n) or node_size(n, 2000) > 2000:
             raise GrammarError(f"oneOf: branches that may overlap are not supported ({path})")
     dfas = [EagerDFA.from_node(n) for n in nodes]
     for i in range(len(dfas)):

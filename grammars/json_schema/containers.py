@@ -3,8 +3,22 @@ patternProperties and additionalProperties."""
 
 from __future__ import annotations
 
-from grammars.automaton import EMPTY, NOTHING, alt, cat, difference, intersect, lit, opt, rep
+import functools
+
+from grammars.automaton import (
+    EMPTY,
+    NOTHING,
+    EagerDFA,
+    alt,
+    cat,
+    difference,
+    intersect,
+    lit,
+    opt,
+    rep,
+)
 from grammars.errors import GrammarError
+from grammars.json_schema.constants import constants_node
 from grammars.json_schema.core import node_size
 from grammars.json_schema.rewrite import _merge
 from grammars.json_schema.strings import _string_literal, string_node
@@ -43,7 +57,7 @@ class _ContainerNodes:
                 return NOTHING
         if (
             rest_node != NOTHING
-            and node_size(rest_node) > 50
+            and node_size(rest_node, 50) > 50
             and (tail_hi is None or tail_hi > 2)
             and rest_node[0] != "nt"
         ):
@@ -131,7 +145,7 @@ class _ContainerNodes:
     def _extra_member(self, names, pattern_props, additional, path):
         """A member whose key is none of `names`: pattern properties, then additional ones."""
         parts = []
-        taken = alt(*(_string_literal(n) for n in names)) if names else None
+        taken = constants_node(names, _key_literal, path) if names else None
         pattern_keys = []
         for i, (pat, psub) in enumerate(pattern_props.items()):
             key = cat(lit('"'), regex_to_node(pat, json_mode=True, search=True), lit('"'))
@@ -159,10 +173,18 @@ class _ContainerNodes:
         return alt(*parts) if parts else None
 
 
-def _regex_search(pattern: str, text: str) -> bool:
-    import re
+def _key_literal(name: str, path: str) -> tuple:
+    return _string_literal(name)
 
-    try:
-        return re.search(pattern, text) is not None
-    except re.error:
-        raise GrammarError(f"pattern: invalid regular expression {pattern!r}") from None
+
+def _regex_search(pattern: str, text: str) -> bool:
+    """re.search by the engine's own automaton: linear in the text, where the re module may
+    backtrack for ever on a pattern such as (a+)+$ (holding the GIL all the while)."""
+    if not isinstance(pattern, str):
+        raise GrammarError(f"pattern: {pattern!r} is not a string")
+    return _search_dfa(pattern).accepts(text.encode("utf-8", "surrogatepass"))
+
+
+@functools.lru_cache(maxsize=256)
+def _search_dfa(pattern: str) -> EagerDFA:
+    return EagerDFA.from_node(regex_to_node(pattern, search=True))

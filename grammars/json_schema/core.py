@@ -3,6 +3,11 @@ schema's types and constants."""
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
+
+from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 
 # keywords that only annotate
@@ -56,34 +61,82 @@ _UNSUPPORTED = {
 }
 _DEPENDENCY_KEYWORDS = ("dependencies", "dependentRequired", "dependentSchemas")
 _TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.?)*"?', re.DOTALL)  # never fails: linear
 
 
-def node_size(node) -> int:
-    kind = node[0]
-    if kind in ("cat", "alt"):
-        return 1 + sum(node_size(c) for c in node[1])
-    if kind == "rep":
-        return 1 + node_size(node[1]) * max(1, node[3] or node[2] or 1)
-    if kind == "members":
-        return 1 + sum(node_size(i) for i, _ in node[1]) + (node_size(node[3]) if node[3] else 0)
-    if kind == "dfa":
-        return len(node[1].trans)
-    return 1
+def node_size(node, cap: int | None = None) -> int:
+    """The size of a node: its nodes, a repetition's body counted once per copy, a DFA's
+    states; counting stops once the total passes `cap`."""
+    total = 0
+    todo = [(node, 1)]
+    while todo:
+        n, copies = todo.pop()
+        total += copies
+        if cap is not None and total > cap:
+            return total
+        kind = n[0]
+        if kind in ("cat", "alt"):
+            todo.extend((c, copies) for c in n[1])
+        elif kind == "rep":
+            todo.append((n[1], copies * max(1, n[3] or n[2] or 1)))
+        elif kind == "members":
+            todo.extend((i, copies) for i, _ in n[1])
+            if n[3]:
+                todo.append((n[3], copies))
+        elif kind == "dfa":
+            total += copies * (len(n[1].trans) - 1)
+    return total
 
 
 def _has_rules(node) -> bool:
-    kind = node[0]
-    if kind == "nt":
-        return True
-    if kind in ("cat", "alt"):
-        return any(_has_rules(c) for c in node[1])
-    if kind == "rep":
-        return _has_rules(node[1])
-    if kind == "members":
-        return any(_has_rules(i) for i, _ in node[1]) or (
-            node[3] is not None and _has_rules(node[3])
-        )
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        kind = n[0]
+        if kind == "nt":
+            return True
+        if kind in ("cat", "alt"):
+            todo.extend(n[1])
+        elif kind == "rep":
+            todo.append(n[1])
+        elif kind == "members":
+            todo.extend(i for i, _ in n[1])
+            if n[3] is not None:
+                todo.append(n[3])
     return False
+
+
+def check_depth(schema, limit: int, max_bytes: int | None = None) -> None:
+    """GrammarError when objects and arrays nest deeper than `limit` in a decoded schema, or
+    when there are too many of them for `max_bytes` of JSON text (objects shared between
+    places would otherwise make json.dumps write them over and over); a walk without recursion,
+    so it is safe before json.dumps or the builder recurse."""
+    todo = [(schema, 1)]
+    popped = 0
+    while todo:
+        popped += 1
+        if not popped & 4095:
+            checkpoint()
+            if max_bytes is not None and 2 * popped > max_bytes:  # "{}" at the least
+                raise GrammarError(f"the schema is longer than the limit of {max_bytes} bytes")
+        value, depth = todo.pop()
+        if depth > limit:
+            raise GrammarError(f"schema nested more than {limit} levels deep")
+        if isinstance(value, dict):
+            todo.extend((v, depth + 1) for v in value.values() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            todo.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+
+
+def check_text_depth(text: str, limit: int) -> None:
+    """check_depth on JSON text, before json.loads recurses into it."""
+    if text.count("[") + text.count("{") <= limit:
+        return
+    data = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
+    steps = np.isin(data, (ord("["), ord("{"))).astype(np.int64)
+    steps -= np.isin(data, (ord("]"), ord("}")))
+    if np.cumsum(steps).max(initial=0) > limit:
+        raise GrammarError(f"schema nested more than {limit} levels deep")
 
 
 def _types_of(schema: dict):

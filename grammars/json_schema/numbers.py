@@ -14,14 +14,28 @@ _DIGIT19 = byte_set((0x31, 0x39))
 
 
 def _number_literal(value) -> tuple:
+    return alt(*(lit(text) for text in number_texts(value)))
+
+
+def number_texts(value) -> list[str]:
+    """The ways a number (or boolean) constant is written: an integer with or without ".0",
+    other numbers as json.dumps writes them."""
     if isinstance(value, bool):
-        return lit("true" if value else "false")
+        return ["true" if value else "false"]
+    k = integral_value(value)
+    if k is not None:
+        return [str(k), f"{k}.0"]
+    return [json.dumps(value)]
+
+
+def integral_value(value: int | float) -> int | None:
+    """The integer a number constant is written as (with or without ".0"); None for other
+    floats, which are written as json.dumps writes them."""
     if isinstance(value, int) or (
         isinstance(value, float) and value.is_integer() and abs(value) < 1e16
     ):
-        k = int(value)
-        return alt(lit(str(k)), lit(f"{k}.0"))
-    return lit(json.dumps(value))
+        return int(value)
+    return None
 
 
 def _same_length(a: str, b: str) -> tuple:

@@ -4,6 +4,7 @@ alternatives."""
 from __future__ import annotations
 
 from grammars.errors import GrammarError
+from grammars.json_schema.constants import common_values
 from grammars.json_schema.core import _ANNOTATIONS, _DEPENDENCY_KEYWORDS
 
 _MAX_DEPENDENCIES = 4  # each one doubles the object's alternatives
@@ -87,7 +88,7 @@ def _merge(a, b, path: str):
                 raise GrammarError(f"allOf: cannot combine {k} ({path})")
             out[k] = min(w, v)
         elif k == "enum":
-            out[k] = [x for x in w if x in v]
+            out[k] = common_values(w, v)
         elif k in ("additionalProperties", "items"):
             if isinstance(w, dict) and isinstance(v, dict):
                 out[k] = _merge(w, v, path)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
-from grammars.automaton import NOTHING, cat, lit, rep
+from grammars.automaton import MAX_NFA_STATES, NOTHING, cat, lit, rep
+from grammars.budget import checkpoint
 from grammars.errors import GrammarError
+from grammars.literal_set import node_words
 from grammars.regex import ANY_CHAR, json_chars, regex_to_node
 
 _STRING_CHAR = json_chars(ANY_CHAR)
@@ -56,17 +59,50 @@ _FORMATS["ipv6"] = "|".join(
 def _string_literal(text: str) -> tuple:
     """The JSON spelling of a fixed string: printable ASCII as is, what must be escaped in its
     short form (or \\u00XX), other characters raw or as \\uXXXX escapes."""
+    _check_length(text)
     parts = [lit('"')]
-    for ch in text:
-        c = ord(ch)
-        if 0x20 <= c < 0x7F and ch not in '"\\':
-            parts.append(lit(ch))
-        elif ch in '"\\\b\f\n\r\t':
-            parts.append(lit(json.dumps(ch)[1:-1]))
-        else:
-            parts.append(json_chars([(c, c)]))
+    for i in range(0, len(text), 4096):
+        checkpoint()
+        parts.extend(map(_char_node, text[i : i + 4096]))
     parts.append(lit('"'))
     return cat(*parts)
+
+
+def string_word(text: str) -> tuple[int, ...]:
+    """_string_literal as a word for grammars.literal_set: printable ASCII characters are their
+    byte, every other character the label 256 + its code point (spelled by char_spellings)."""
+    _check_length(text)
+    if _PLAIN_TEXT.fullmatch(text):
+        return (0x22, *text.encode("ascii"), 0x22)
+    return (0x22, *(c if _plain(c) else 256 + c for c in map(ord, text)), 0x22)
+
+
+@functools.lru_cache(maxsize=4096)
+def char_spellings(label: int) -> list[tuple[int, ...]]:
+    """The ways a JSON string writes the character of a string_word label (byte masks)."""
+    return node_words(_char_node(chr(label - 256))) or []
+
+
+_PLAIN_TEXT = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]*")
+
+
+def _plain(c: int) -> bool:
+    return 0x20 <= c < 0x7F and c != 0x22 and c != 0x5C
+
+
+@functools.lru_cache(maxsize=4096)
+def _char_node(ch: str) -> tuple:
+    c = ord(ch)
+    if _plain(c):
+        return lit(ch)
+    if ch in '"\\\b\f\n\r\t':
+        return lit(json.dumps(ch)[1:-1])
+    return json_chars([(c, c)])
+
+
+def _check_length(text: str) -> None:
+    if len(text) > MAX_NFA_STATES:  # one state per character at least
+        raise GrammarError(f"a constant string of {len(text)} characters is too long")
 
 
 @functools.lru_cache(maxsize=256)
@@ -93,6 +129,7 @@ def _length_dfa(lo: int, hi: int | None):
 
     out.start = state(0, char.start)
     while states.todo:
+        checkpoint()
         i, c = states.todo.pop()
         trans = out.trans[states.index[(i, c)]]
         for cm, t in char.trans[c]:
@@ -138,6 +175,18 @@ def string_node(schema: dict, path: str = "#") -> tuple:
         if lo == 0 and hi is None:
             return cat(lit('"'), rep(_STRING_CHAR, 0, None), lit('"'))
         return cat(lit('"'), ("dfa", _length_dfa(lo, hi)), lit('"'))
+    body = _string_body(tuple(patterns), lo, hi)
+    if body is None:
+        raise GrammarError(
+            f"maxLength: {hi} combined with pattern/format is too large to enforce ({path})"
+        )
+    return cat(lit('"'), ("dfa", body), lit('"'))
+
+
+@functools.lru_cache(maxsize=256)
+def _string_body(patterns: tuple[tuple[str, bool], ...], lo: int, hi: int | None):
+    """The inside of a string matching every (pattern, search) of `patterns`, of lo..hi
+    characters; None when maxLength is too large to enforce beside them."""
     body = None
     for pattern, search in patterns:
         dfa = _pattern_dfa(pattern, search)
@@ -148,8 +197,6 @@ def string_node(schema: dict, path: str = "#") -> tuple:
         redundant = shortest >= 12 * lo and longest is not None and (hi is None or longest <= hi)
         if not redundant:
             if hi is not None and hi > 512:
-                raise GrammarError(
-                    f"maxLength: {hi} combined with pattern/format is too large to enforce ({path})"
-                )
+                return None
             body = body.product(_length_dfa(lo, hi), "and")
-    return cat(lit('"'), ("dfa", body), lit('"'))
+    return body

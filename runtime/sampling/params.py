@@ -6,6 +6,27 @@ import dataclasses
 from dataclasses import dataclass, field
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf")
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_STOP_STRINGS = 64
+MAX_STOP_CHARS = 1024
+MAX_STOP_TOKEN_IDS = 1024
+GREEDY_TEMPERATURE = 1e-5  # below this, sampling is greedy (dividing by it would overflow)
+
+
+def short_repr(value, limit: int = 80) -> str:
+    """repr() cut to `limit` characters, so an error never echoes a huge value back."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def is_valid_text(value: str) -> bool:
+    """False for strings that hold lone surrogates (not encodable as UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass
@@ -28,7 +49,7 @@ class SamplingParams:
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
     n: int = 1
-    json_schema: str | None = None
+    json_schema: str | dict | None = None
     regex: str | None = None
     ebnf: str | None = None
     seed: int | None = None
@@ -36,11 +57,13 @@ class SamplingParams:
     @classmethod
     def from_dict(cls, params: dict | None) -> SamplingParams:
         """Build from a request dict; unknown fields and bad values raise ValueError."""
+        if params is not None and not isinstance(params, dict):
+            raise ValueError(f"sampling_params must be an object, got {short_repr(params)}")
         params = dict(params or {})
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(params) - known)
         if unknown:
-            raise ValueError(f"sampling_params: unknown field(s) {', '.join(unknown)}")
+            raise ValueError(f"sampling_params: unknown field(s) {short_repr(unknown)}")
         params = {
             k: v for k, v in params.items() if v is not None or k in ("seed", *CONSTRAINT_FIELDS)
         }
@@ -54,7 +77,7 @@ class SamplingParams:
         def check(ok: bool, name: str, want: str) -> None:
             if not ok:
                 raise ValueError(
-                    f"sampling_params.{name} must be {want}, got {getattr(self, name)!r}"
+                    f"sampling_params.{name} must be {want}, got {short_repr(getattr(self, name))}"
                 )
 
         def is_int(x) -> bool:
@@ -64,14 +87,14 @@ class SamplingParams:
             return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
 
         check(
-            is_int(self.max_new_tokens) and self.max_new_tokens >= 0,
+            is_int(self.max_new_tokens) and 0 <= self.max_new_tokens <= INT32_MAX,
             "max_new_tokens",
-            "an integer >= 0",
+            f"an integer in [0, {INT32_MAX}]",
         )
         check(
-            is_int(self.min_new_tokens) and self.min_new_tokens >= 0,
+            is_int(self.min_new_tokens) and 0 <= self.min_new_tokens <= INT32_MAX,
             "min_new_tokens",
-            "an integer >= 0",
+            f"an integer in [0, {INT32_MAX}]",
         )
         if self.min_new_tokens > self.max_new_tokens:
             raise ValueError("sampling_params.min_new_tokens must not exceed max_new_tokens")
@@ -82,9 +105,9 @@ class SamplingParams:
         )
         check(is_num(self.top_p) and 0 < self.top_p <= 1, "top_p", "a number in (0, 1]")
         check(
-            is_int(self.top_k) and (self.top_k == -1 or self.top_k >= 1),
+            is_int(self.top_k) and (self.top_k == -1 or 1 <= self.top_k <= INT32_MAX),
             "top_k",
-            "-1 (off) or an integer >= 1",
+            f"-1 (off) or an integer in [1, {INT32_MAX}]",
         )
         check(is_num(self.min_p) and 0 <= self.min_p <= 1, "min_p", "a number in [0, 1]")
         check(
@@ -103,15 +126,22 @@ class SamplingParams:
             "a number in (0, 2]",
         )
         check(
-            isinstance(self.stop, list) and all(isinstance(s, str) and s for s in self.stop),
+            isinstance(self.stop, list)
+            and len(self.stop) <= MAX_STOP_STRINGS
+            and all(
+                isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS and is_valid_text(s)
+                for s in self.stop
+            ),
             "stop",
-            "a non-empty string or a list of them",
+            f"a string of 1 to {MAX_STOP_CHARS} characters or a list of at most "
+            f"{MAX_STOP_STRINGS} of them",
         )
         check(
             isinstance(self.stop_token_ids, list)
-            and all(is_int(t) and t >= 0 for t in self.stop_token_ids),
+            and len(self.stop_token_ids) <= MAX_STOP_TOKEN_IDS
+            and all(is_int(t) and 0 <= t <= INT32_MAX for t in self.stop_token_ids),
             "stop_token_ids",
-            "a list of token ids",
+            f"a list of at most {MAX_STOP_TOKEN_IDS} token ids",
         )
         if vocab_size is not None:
             check(
@@ -120,7 +150,20 @@ class SamplingParams:
                 f"ids below the vocabulary size {vocab_size}",
             )
         check(is_int(self.n) and 1 <= self.n <= 128, "n", "an integer in [1, 128]")
-        check(self.seed is None or is_int(self.seed), "seed", "an integer")
+        check(
+            self.seed is None or (is_int(self.seed) and INT64_MIN <= self.seed <= INT64_MAX),
+            "seed",
+            f"an integer in [{INT64_MIN}, {INT64_MAX}]",
+        )
+        for name in CONSTRAINT_FIELDS:
+            value = getattr(self, name)
+            check(
+                value is None
+                or (isinstance(value, str) and is_valid_text(value))
+                or (name == "json_schema" and isinstance(value, dict)),
+                name,
+                "a string" + (" or an object" if name == "json_schema" else ""),
+            )
         for name in (
             "ignore_eos",
             "skip_special_tokens",
@@ -140,7 +183,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
 
     @property
     def has_penalties(self) -> bool:

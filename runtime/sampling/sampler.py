@@ -80,6 +80,7 @@ def sample(
     penalty_rows = [i for i, sp in enumerate(params) if sp.has_penalties]
     if penalty_rows:
         apply_penalties(logits, reqs, penalty_rows, vocab)
+    logits.masked_fill_(logits.isnan(), float("-inf"))  # extreme penalties or a broken model
 
     next_ids = logits.argmax(dim=-1)
     random_rows = [i for i, sp in enumerate(params) if not sp.is_greedy]
@@ -87,6 +88,9 @@ def sample(
         idx = torch.tensor(random_rows)
         temps = torch.tensor([params[i].temperature for i in random_rows])[:, None]
         probs = torch.softmax(logits[idx] / temps, dim=-1)
+        broken = ~torch.isfinite(probs).all(dim=-1)  # an infinite logit: that token is certain
+        if bool(broken.any()):
+            probs[broken] = torch.nn.functional.one_hot(next_ids[idx][broken], vocab).to(probs)
         top_k = torch.tensor(
             [params[i].top_k if params[i].top_k > 0 else vocab for i in random_rows]
         )

@@ -3,41 +3,75 @@ package, one matcher per request (the sampler applies their masks to the logits)
 
 from __future__ import annotations
 
-import json
+import threading
+from collections import OrderedDict
+
+import orjson
 
 from runtime.sampling.params import CONSTRAINT_FIELDS, SamplingParams
+from runtime.scheduler.compile_worker import CompileTimeout, CompileWorker
+
+MAX_CONSTRAINT_BYTES = 4 << 20  # the text of one schema, regex or grammar
 
 
 class GrammarBackend:
-    """Compiles constraints once per process (compiled grammars are cached by the compiler)."""
+    """Compiles constraints in a child process (CompileWorker) and keeps the last
+    CACHE_SIZE compiled grammars, keyed by the constraint's text."""
+
+    CACHE_SIZE = 64
 
     def __init__(self, tokenizer, vocab_size: int | None = None):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self._compiler = None
+        self._cache: OrderedDict[tuple[str, str], object] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self.worker = CompileWorker()
 
     @property
     def compiler(self):
+        """The GrammarCompiler, built on first use: it holds the token vocabulary."""
         if self._compiler is None:
             from grammars import GrammarCompiler
 
             self._compiler = GrammarCompiler(self.tokenizer, vocab_size=self.vocab_size)
         return self._compiler
 
-    def compile(self, sp: SamplingParams):
-        """The compiled grammar of `sp`, or None; ValueError naming the field if it is bad."""
-        from grammars import GrammarError
+    def compile(
+        self,
+        sp: SamplingParams,
+        timeout: float | None = None,
+        cancel: threading.Event | None = None,
+    ):
+        """The compiled grammar of `sp`, or None. ValueError naming the field if the constraint
+        is bad or its compilation takes longer than `timeout` seconds; `cancel` stops it
+        (CompileCancelled)."""
+        from grammars import CompiledGrammar, GrammarError
 
         field = next((f for f in CONSTRAINT_FIELDS if getattr(sp, f) is not None), None)
         if field is None:
             return None
         value = getattr(sp, field)
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if len(text) > MAX_CONSTRAINT_BYTES:  # characters: a cheap lower bound on the bytes
+            raise ValueError(f"sampling_params.{field}: longer than {MAX_CONSTRAINT_BYTES} bytes")
+        key = (field, text)
+        with self._cache_lock:
+            grammar = self._cache.get(key)
+            if grammar is not None:
+                self._cache.move_to_end(key)
+                return grammar
         try:
-            if field == "json_schema":
-                schema = json.loads(value) if isinstance(value, str) else value
-                return self.compiler.compile_json_schema(schema)
-            if field == "regex":
-                return self.compiler.compile_regex(value)
-            return self.compiler.compile_ebnf(value)
-        except (GrammarError, json.JSONDecodeError, TypeError) as exc:
+            machine = self.worker.build(field, text, timeout, cancel)
+        except CompileTimeout as exc:
+            raise ValueError(
+                f"sampling_params.{field}: {exc} (--grammar-compile-timeout)"
+            ) from None
+        except GrammarError as exc:
             raise ValueError(f"sampling_params.{field}: {exc}") from None
+        grammar = CompiledGrammar(machine, self.compiler.vocab, field)
+        with self._cache_lock:
+            self._cache[key] = grammar
+            while len(self._cache) > self.CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return grammar

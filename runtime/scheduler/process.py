@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import traceback
 
 import zmq
@@ -22,6 +23,8 @@ from runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
+STATS_INTERVAL = 0.5  # seconds between stats updates while requests run without output
+
 
 class SchedulerLoop:
     """Receives requests, steps the scheduler, and sends every request's new tokens."""
@@ -36,6 +39,7 @@ class SchedulerLoop:
         self.parent_pid = parent_pid
         self.streaming: set[str] = set()
         self.sent: dict[str, int] = {}  # rid -> output tokens already sent
+        self.stats_sent_at = 0.0
 
     def warm_up(self) -> None:
         from runtime.sampling.params import SamplingParams
@@ -47,11 +51,16 @@ class SchedulerLoop:
             self.scheduler.step()
 
     def run_forever(self) -> None:
+        self._send_batch([])  # stats are live from the start
         while True:
             self._receive(block=not self.scheduler.has_work())
             if self.scheduler.has_work():
                 touched = self.scheduler.step()
                 self._send_outputs(touched)
+
+    def _send_batch(self, outputs: list[ReqOutput]) -> None:
+        self.send.send_pyobj(BatchTokenOut(outputs, self.scheduler.get_stats()))
+        self.stats_sent_at = time.monotonic()
 
     def _receive(self, block: bool) -> None:
         if block:
@@ -72,31 +81,37 @@ class SchedulerLoop:
                     outputs.append(self._output(req))
             elif isinstance(msg, FlushCacheReq):
                 ok = self.scheduler.flush_cache()
-                self.send.send_pyobj(BatchTokenOut([], self.scheduler.get_stats()))  # stats first
+                self._send_batch([])  # stats first
                 self.send.send_pyobj(FlushCacheResp(ok))
         if outputs:
-            self.send.send_pyobj(BatchTokenOut(outputs, self.scheduler.get_stats()))
+            self._send_batch(outputs)
 
     def _add(self, msg: TokenizedGenerateReq) -> ReqOutput | None:
-        req = Req(
-            msg.rid,
-            msg.input_ids,
-            msg.sampling_params,
-            msg.return_logprob,
-            msg.logprob_start_len,
-            msg.top_logprobs_num,
-        )
+        """Queue a request; a refused or failing one gets its error back at once."""
         try:
+            req = Req(
+                msg.rid,
+                msg.input_ids,
+                msg.sampling_params,
+                msg.return_logprob,
+                msg.logprob_start_len,
+                msg.top_logprobs_num,
+            )
             self.scheduler.add_request(req)
-        except ValueError as e:
+        except Exception as e:
+            status = 400 if isinstance(e, ValueError) else 500
+            if status == 500:
+                logger.exception("admitting %s failed", msg.rid)
+            message = str(e) if status == 400 else f"internal error: {e}"
             return ReqOutput(
                 msg.rid,
                 [],
-                {"type": "abort", "message": str(e)},
+                {"type": "abort", "message": message},
                 len(msg.input_ids),
                 0,
                 0,
-                error=str(e),
+                error=message,
+                error_status=status,
             )
         if msg.stream:
             self.streaming.add(msg.rid)
@@ -111,22 +126,26 @@ class SchedulerLoop:
 
     def _send_outputs(self, touched: list[Req]) -> None:
         outputs = [self._output(r) for r in touched if r.finished or r.rid in self.streaming]
-        if outputs:
-            self.send.send_pyobj(BatchTokenOut(outputs, self.scheduler.get_stats()))
+        if outputs or time.monotonic() - self.stats_sent_at > STATS_INTERVAL:
+            self._send_batch(outputs)
 
     def _output(self, req: Req) -> ReqOutput:
         start = self.sent.get(req.rid, 0)
         sp = req.sampling_params
+        reason = req.finished_reason
+        failed = reason is not None and reason.status is not None
         out = ReqOutput(
             rid=req.rid,
             new_ids=req.output_ids[start:],
-            finish_reason=req.finished_reason.to_json() if req.finished_reason else None,
+            finish_reason=reason.to_json() if reason else None,
             prompt_tokens=len(req.origin_input_ids),
             completion_tokens=len(req.output_ids),
             cached_tokens=req.cached_tokens,
             stop_strings=sp.stop,
             skip_special_tokens=sp.skip_special_tokens,
             no_stop_trim=sp.no_stop_trim,
+            error=reason.message if failed else None,
+            error_status=reason.status if failed else None,
         )
         if req.return_logprob:
             out.output_token_logprobs = req.output_token_logprobs[start:]

@@ -12,12 +12,18 @@ from runtime.sampling.params import SamplingParams
 
 @dataclass(frozen=True)
 class FinishReason:
-    """Why a request stopped: "stop" (eos, stop token or stop string), "length" or "abort"."""
+    """Why a request stopped: "stop" (eos, stop token or stop string), "length" or "abort".
+    An abort with `status` failed: 400 when the request was at fault, 500 when the server was."""
 
     type: str
     matched: int | str | None = None
     length: int | None = None
     message: str | None = None
+    status: int | None = None
+
+    @classmethod
+    def failed(cls, message: str, status: int) -> FinishReason:
+        return cls("abort", message=message, status=status)
 
     def to_json(self) -> dict:
         out: dict = {"type": self.type}
@@ -58,6 +64,7 @@ class Req:
         self.finished_reason: FinishReason | None = None
         self.grammar = None  # a grammars.GrammarMatcher when the output is constrained
         self.grammar_future = None  # its compilation, while that runs in a worker thread
+        self.grammar_cancel = None  # a threading.Event that stops that compilation
         self.generator = (
             torch.Generator().manual_seed(sampling_params.seed)
             if sampling_params.seed is not None

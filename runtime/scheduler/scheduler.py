@@ -7,8 +7,10 @@ of the sequence the last row's logits sample the next token.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ import torch
 
 from runtime.cache.prefix_cache import NoPrefixCache, PrefixCache
 from runtime.cache.radix_cache import RadixCache, common_prefix_length
+from runtime.faults import inject
 from runtime.model.attention.base import ForwardBatch
 from runtime.model.loader import load_tokenizer
 from runtime.model.runner import ModelRunner
@@ -92,6 +95,9 @@ class Scheduler:
 
     # ---- queue ---------------------------------------------------------------------------
     def add_request(self, req: Req) -> None:
+        """Queue a request; RequestError (a ValueError) names what is wrong with it. Outputs
+        longer than the context leaves are clamped to it (finish reason "length")."""
+        inject("admission", req.rid)
         prompt = req.origin_input_ids
         if not prompt:
             raise RequestError("the prompt is empty")
@@ -105,21 +111,35 @@ class Scheduler:
             )
         if min(prompt) < 0 or max(prompt) >= self.vocab_size:
             raise RequestError(f"input_ids must lie in [0, {self.vocab_size})")
-        req.sampling_params.validate(self.vocab_size)
-        if req.sampling_params.is_constrained:
+        sp = req.sampling_params
+        sp.validate(self.vocab_size)
+        room = self.context_length - len(prompt)
+        if sp.max_new_tokens > room:
+            req.sampling_params = sp = dataclasses.replace(
+                sp, max_new_tokens=room, min_new_tokens=min(sp.min_new_tokens, room)
+            )
+        if sp.is_constrained:
             # compiled in a worker thread: a large schema must not stall the running batch
+            req.grammar_cancel = threading.Event()
+            deadline = time.monotonic() + self.args.grammar_compile_timeout
             req.grammar_future = self._compile_pool().submit(
-                self.grammars.compile, req.sampling_params
+                self._compile, req.rid, sp, req.grammar_cancel, deadline
             )
         self.stats.prompt_tokens += len(prompt)
         self.waiting.append(req)
 
+    def _compile(self, rid: str, sp, cancel: threading.Event, deadline: float):
+        """Runs in the grammar thread; the time limit counts from the request's arrival."""
+        inject("grammar", rid)
+        return self.grammars.compile(sp, max(deadline - time.monotonic(), 0.0), cancel)
+
     def warm_up_grammars(self) -> None:
-        """Compile the grammar kernels in the background, ahead of the first constrained
-        request (which would otherwise wait for them: seconds on a fresh install)."""
+        """Compile the grammar kernels and start the compile process in the background, ahead
+        of the first constrained request (which would otherwise wait for them)."""
         from grammars import warm_up
 
         self._compile_pool().submit(warm_up)
+        self._compile_pool().submit(self.grammars.worker.start)
 
     def _compile_pool(self) -> ThreadPoolExecutor:
         if self._grammar_pool is None:
@@ -137,8 +157,13 @@ class Scheduler:
             req.grammar_future = None
             try:
                 grammar = future.result()
-            except ValueError as exc:
-                req.finished_reason = FinishReason("abort", message=str(exc))
+            except ValueError as exc:  # the constraint is bad, or too costly to compile
+                req.finished_reason = FinishReason.failed(str(exc), 400)
+                failed.append(req)
+                continue
+            except Exception as exc:
+                logger.exception("compiling the grammar of %s failed", req.rid)
+                req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
                 failed.append(req)
                 continue
             if grammar is not None:
@@ -151,6 +176,9 @@ class Scheduler:
         for req in self.waiting:
             if req.rid == rid:
                 self.waiting.remove(req)
+                if req.grammar_future is not None:  # stop its compilation
+                    req.grammar_cancel.set()
+                    req.grammar_future.cancel()
                 req.finished_reason = FinishReason("abort", message="aborted")
                 self.stats.aborted_requests += 1
                 return True
@@ -201,7 +229,15 @@ class Scheduler:
                 wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
             return failed
         batch = self._build_batch(plan)
-        logits = self.runner.forward(batch)
+        try:
+            logits = self.runner.forward(batch)
+        except Exception as exc:  # fail this step's requests, keep serving the others
+            logger.exception("a forward pass failed")
+            self.kv_pool.free(batch.out_cache_loc)
+            for p in plan:
+                p.req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
+                self._retire(p.req)
+            return failed + [p.req for p in plan]
         self.stats.forward_steps += 1
         return failed + self._process(plan, logits)
 
@@ -376,26 +412,23 @@ class Scheduler:
                 p.req.input_token_logprobs.extend(zip(chosen, p.logprob_targets))
                 p.req.input_top_logprobs.extend(top if top is not None else [None] * len(chosen))
         sampling = [p for p in plan if p.sample_row is not None]
-        if sampling:
-            rows = torch.tensor([p.sample_row for p in sampling])
-            reqs = [p.req for p in sampling]
-            out = sample(logits[rows], reqs, self.eos_ids, [r.grammar for r in reqs])
-            for i, p in enumerate(sampling):
-                req = p.req
-                req.output_ids.append(out.next_ids[i])
-                if req.grammar is not None and not req.grammar.accept_token(out.next_ids[i]):
-                    req.finished_reason = FinishReason(
-                        "abort", message="the grammar refused the sampled token"
-                    )
-                if req.first_token_at is None:
-                    req.first_token_at = now
-                if out.logprobs is not None and req.return_logprob:
-                    req.output_token_logprobs.append((out.logprobs[i], out.next_ids[i]))
-                    if req.top_logprobs_num:
-                        req.output_top_logprobs.append(out.top_logprobs[i])
-                self.stats.generated_tokens += 1
-                self._check_finished(req)
+        for p, (token, logprob, top) in self._sample(sampling, logits):
+            req = p.req
+            if token is None:  # sampling failed for this request alone
                 touched.append(req)
+                continue
+            req.output_ids.append(token)
+            self._accept_grammar(req, token)
+            if req.first_token_at is None:
+                req.first_token_at = now
+            if logprob is not None and req.return_logprob:
+                req.output_token_logprobs.append((logprob, token))
+                if req.top_logprobs_num:
+                    req.output_top_logprobs.append(top)
+            self.stats.generated_tokens += 1
+            if not req.finished:
+                self._check_finished(req)
+            touched.append(req)
         for p in plan:
             req = p.req
             if p.sample_row is None and req.kv_len == req.seq_len:  # max_new_tokens reached or 0
@@ -407,6 +440,51 @@ class Scheduler:
             elif p.length > 1:
                 self.cache.cache_unfinished_req(req)  # share the new prefix right away
         return touched
+
+    def _sample(self, sampling: list[_Planned], logits: torch.Tensor):
+        """(planned, (token, logprob, top logprobs)) per sampling request. The batch samples in
+        one call; if that fails, each request samples alone and those that still fail end with
+        an internal error (token None) instead of taking the batch down."""
+        if not sampling:
+            return []
+        try:
+            return list(zip(sampling, self._sample_rows(sampling, logits)))
+        except Exception:
+            if len(sampling) == 1:
+                p = sampling[0]
+                logger.exception("sampling failed for %s", p.req.rid)
+                p.req.finished_reason = FinishReason.failed("internal error while sampling", 500)
+                return [(p, (None, None, None))]
+            return [pair for p in sampling for pair in self._sample([p], logits)]
+
+    def _sample_rows(self, sampling: list[_Planned], logits: torch.Tensor) -> list[tuple]:
+        reqs = [p.req for p in sampling]
+        for req in reqs:
+            inject("sampling", req.rid)
+        rows = torch.tensor([p.sample_row for p in sampling])
+        out = sample(logits[rows], reqs, self.eos_ids, [r.grammar for r in reqs])
+        return [
+            (
+                out.next_ids[i],
+                None if out.logprobs is None else out.logprobs[i],
+                None if out.top_logprobs is None else out.top_logprobs[i],
+            )
+            for i in range(len(reqs))
+        ]
+
+    def _accept_grammar(self, req: Req, token: int) -> None:
+        if req.grammar is None:
+            return
+        try:
+            accepted = req.grammar.accept_token(token)
+        except Exception as exc:
+            logger.exception("the grammar of %s failed", req.rid)
+            req.finished_reason = FinishReason.failed(f"internal error in the grammar: {exc}", 500)
+            return
+        if not accepted:
+            req.finished_reason = FinishReason(
+                "abort", message="the grammar refused the sampled token"
+            )
 
     def _check_finished(self, req: Req) -> None:
         sp, last = req.sampling_params, req.output_ids[-1]

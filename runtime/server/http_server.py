@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import hmac
 import logging
 import os
 import time
@@ -15,7 +16,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runtime.server.metrics import ServerMetrics
 from runtime.server.openai_api import ChatCompletionRequest, CompletionRequest, OpenAIServing
-from runtime.server.tokenizer_manager import BadRequest, TokenizerManager
+from runtime.server.tokenizer_manager import (
+    BadRequest,
+    ClientGone,
+    RequestFailed,
+    TokenizerManager,
+    check_logprob_args,
+)
 from runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -24,7 +31,7 @@ logger = logging.getLogger(__name__)
 class GenerateRequest(BaseModel):
     """Body of POST /generate (SGLang's field names)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no coercion: "1" is not 1
 
     text: str | list[str] | None = None
     input_ids: list[int] | list[list[int]] | None = None
@@ -37,26 +44,61 @@ class GenerateRequest(BaseModel):
     rid: str | list[str] | None = None
 
 
-def error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    kind = (
-        "invalid_request_error"
-        if status == 400
-        else "authentication_error"
-        if status == 401
-        else "server_error"
-    )
+class PayloadTooLarge(Exception):
+    """The body is larger than --max-request-bytes (HTTP 413)."""
+
+
+BODY_READ_TIMEOUT = 60.0  # seconds a client may take to send its body
+
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    413: "invalid_request_error",
+}
+
+
+def error(status: int, message: str, param: str | None = None, headers=None) -> JSONResponse:
+    kind = ERROR_TYPES.get(status, "server_error")
     return JSONResponse(
         {"error": {"message": message, "type": kind, "param": param, "code": status}},
         status_code=status,
+        headers=headers,
     )
 
 
-async def parse_body(request: Request, model: type[BaseModel]):
-    raw = await request.body()
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused (413) past `limit` bytes: by its Content-Length before reading, and
+    while reading for chunked bodies; a client too slow to send it gets 400."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise PayloadTooLarge(f"the body exceeds {limit} bytes (--max-request-bytes)")
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"the body exceeds {limit} bytes (--max-request-bytes)")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     try:
-        data = json.loads(raw)
-    except ValueError as e:
-        raise BadRequest(f"the body is not valid JSON: {e}") from e
+        return await asyncio.wait_for(read(), BODY_READ_TIMEOUT)
+    except asyncio.TimeoutError:
+        raise BadRequest(f"the body did not arrive within {BODY_READ_TIMEOUT:.0f} s") from None
+
+
+def parse_json(raw: bytes):
+    """orjson refuses invalid UTF-8, lone surrogates and nesting deeper than 1024."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise BadRequest(f"the body is not valid JSON: {e}") from None
+
+
+async def parse_body(request: Request, model: type[BaseModel], limit: int):
+    data = parse_json(await read_body(request, limit))
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
     try:
@@ -64,7 +106,35 @@ async def parse_body(request: Request, model: type[BaseModel]):
     except ValidationError as e:
         first = e.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or None
-        raise BadRequest(f"{field}: {first['msg']}", field) from e
+        raise BadRequest(f"{field}: {first['msg']}", field) from None
+
+
+def authorized(header: str, api_key: str) -> bool:
+    """`Authorization: Bearer KEY`, the scheme in any case, the key compared in constant time."""
+    scheme, _, token = header.strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        token.strip().encode("utf-8", "replace"), api_key.encode("utf-8")
+    )
+
+
+class Guard:
+    """ASGI middleware in front of every route that checks the API key. (A plain ASGI layer:
+    FastAPI's decorator middleware would hide client disconnects from the routes.)"""
+
+    def __init__(self, app, api_key: str | None):
+        self.app, self.api_key = app, api_key
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self.api_key and scope["path"] != "/health":
+            header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            if not authorized(header, self.api_key):
+                response = error(
+                    401,
+                    "missing or wrong API key (Authorization: Bearer <key>)",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
 
 
 def json_response(obj) -> Response:
@@ -79,17 +149,17 @@ def respond(out, stream: bool) -> Response:
 def create_app(
     args: ServerArgs, info: dict, tm: TokenizerManager, metrics: ServerMetrics
 ) -> FastAPI:
-    app = FastAPI(title="radixgen")
+    @contextlib.asynccontextmanager
+    async def lifespan(_):
+        tm.start()  # results and stats flow from the start, before any request
+        yield
+
+    app = FastAPI(title="radixgen", lifespan=lifespan)
     served = [os.path.basename(args.model_path.rstrip("/")), args.model_path, "default"]
     openai = OpenAIServing(tm, list(dict.fromkeys(served)))
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        tm.start()
-        authorized = request.headers.get("authorization") == f"Bearer {args.api_key}"
-        if args.api_key and request.url.path != "/health" and not authorized:
-            return error(401, "missing or wrong API key (Authorization: Bearer <key>)")
-        return await call_next(request)
+    app.add_middleware(Guard, api_key=args.api_key)
+    limit = args.max_request_bytes
 
     @app.exception_handler(BadRequest)
     async def bad_request(_, e: BadRequest):
@@ -98,6 +168,19 @@ def create_app(
     @app.exception_handler(ValueError)  # RequestRejected and sampling-parameter errors
     async def bad_value(_, e: ValueError):
         return error(400, str(e))
+
+    @app.exception_handler(PayloadTooLarge)
+    async def too_large(_, e: PayloadTooLarge):
+        return error(413, str(e))
+
+    @app.exception_handler(RequestFailed)
+    async def failed(_, e: RequestFailed):
+        return error(500, str(e))
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_, e: ClientGone):
+        logger.info("client left; request %s aborted", e)
+        return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
 
     @app.get("/health")
     async def health():
@@ -140,7 +223,7 @@ def create_app(
 
     @app.post("/abort_request")
     async def abort_request(request: Request):
-        body = json.loads(await request.body() or b"{}")
+        body = parse_json(await read_body(request, limit) or b"{}")
         rid = body.get("rid") if isinstance(body, dict) else None
         if not isinstance(rid, str):
             raise BadRequest("rid must be a string", "rid")
@@ -149,15 +232,17 @@ def create_app(
 
     @app.post("/generate")
     async def generate(request: Request):
-        body = await parse_body(request, GenerateRequest)
-        # in a worker thread: compiling a large schema must not stall other streams
+        body = await parse_body(request, GenerateRequest, limit)
+        # in a worker thread: tokenizing a long batch must not stall other streams
         batch = await asyncio.to_thread(
             tm.prepare, body.text, body.input_ids, body.sampling_params, body.rid
         )
         for p in batch.prompts:
             tm.check_prompt(p, "input_ids" if body.input_ids is not None else "text")
+            check_logprob_args(len(p), body.logprob_start_len, body.top_logprobs_num)
         for sp in batch.params:
             sp.validate(info["vocab_size"])
+        tm.check_rids(batch.rids)
         states = [
             tm.submit(
                 rid,
@@ -171,6 +256,7 @@ def create_app(
             for p, sp, rid in zip(batch.prompts, batch.params, batch.rids)
         ]
         if body.stream:
+            await tm.wait_started(states, request.is_disconnected)
 
             async def events():
                 finished_sent = set()
@@ -203,12 +289,12 @@ def create_app(
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        body = await parse_body(request, CompletionRequest)
+        body = await parse_body(request, CompletionRequest, limit)
         return respond(await openai.completions(body, request.is_disconnected), body.stream)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        body = await parse_body(request, ChatCompletionRequest)
+        body = await parse_body(request, ChatCompletionRequest, limit)
         return respond(await openai.chat(body, request.is_disconnected), body.stream)
 
     return app

@@ -123,7 +123,7 @@ def launch_server(args: ServerArgs) -> None:
             port=args.port,
             log_level="warning",
             loop="uvloop",
-            timeout_graceful_shutdown=3,
+            timeout_graceful_shutdown=args.shutdown_timeout,
         )
         server = uvicorn.Server(config)
 

@@ -11,14 +11,19 @@ from collections.abc import AsyncIterator
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.outputs import GenerationResult
-from runtime.sampling.params import SamplingParams
-from runtime.server.tokenizer_manager import BadRequest, ReqState, TokenizerManager
+from runtime.sampling.params import SamplingParams, short_repr
+from runtime.server.tokenizer_manager import (
+    BadRequest,
+    ReqState,
+    RequestRejected,
+    TokenizerManager,
+)
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no coercion: "1" is not 1
 
     model: str
     max_tokens: int | None = None
@@ -190,12 +195,23 @@ class OpenAIServing:
             await asyncio.gather(*(self.tm.wait_result(s, is_disconnected) for s in states))
         )
 
+    async def _run(self, stream: bool, states: list[ReqState], is_disconnected):
+        """The results, or for a stream nothing once every request runs (a request refused
+        before its first token still gets an HTTP error, not a broken stream)."""
+        if stream:
+            await self.tm.wait_started(states, is_disconnected)
+            return None
+        return await self._gather(states, is_disconnected)
+
     # ---- /v1/completions ------------------------------------------------------------------
     def _completion_prompts(self, req: CompletionRequest) -> list[list[int]]:
         p = req.prompt
         if isinstance(p, str):
+            self.tm.check_text(p, "prompt")
             prompts = [self.tm.tokenizer.encode(p)]
         elif p and all(isinstance(x, str) for x in p):
+            for x in p:
+                self.tm.check_text(x, "prompt")
             prompts = [self.tm.tokenizer.encode(x) for x in p]
         elif p and all(isinstance(x, int) for x in p):
             prompts = [list(p)]
@@ -224,9 +240,9 @@ class OpenAIServing:
         }
         states = [s for p in prompts for s in self._submit_n(p, params, req.n, **kw)]
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        results = await self._run(req.stream, states, is_disconnected)
         if req.stream:
             return self._stream_completions(req, states, prompts, rid, created)
-        results = await self._gather(states, is_disconnected)
         choices = []
         for i, res in enumerate(results):
             prompt_ids = prompts[i // req.n]
@@ -303,7 +319,8 @@ class OpenAIServing:
             role, content = m.get("role"), m.get("content")
             if role not in ("system", "user", "assistant", "developer", "tool"):
                 raise BadRequest(
-                    f"messages[{i}].role {role!r} is not one of system, user, assistant, tool",
+                    f"messages[{i}].role {short_repr(role)} is not one of system, user, "
+                    "assistant, tool",
                     "messages",
                 )
             if isinstance(content, list):
@@ -313,6 +330,11 @@ class OpenAIServing:
                         raise BadRequest(
                             f"messages[{i}].content: only text parts are supported", "messages"
                         )
+                    if not isinstance(part.get("text", ""), str):
+                        raise BadRequest(
+                            f"messages[{i}].content: a text part's text must be a string",
+                            "messages",
+                        )
                     parts.append(part.get("text", ""))
                 content = "".join(parts)
             if content is None:
@@ -321,6 +343,7 @@ class OpenAIServing:
                 raise BadRequest(
                     f"messages[{i}].content must be a string or a list of text parts", "messages"
                 )
+            self.tm.check_text(content, "messages")
             messages.append({"role": "system" if role == "developer" else role, "content": content})
         text = self.tm.tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True
@@ -340,15 +363,7 @@ class OpenAIServing:
         prompt = self._chat_prompt(req)
         self.tm.check_prompt(prompt, "messages")
         params = sampling_params(req, max_tokens, max(self.tm.context_length - len(prompt) - 1, 1))
-        if schema is not None:
-            params.json_schema = schema
-            try:
-                await asyncio.to_thread(self.tm.grammars.compile, params)
-            except ValueError as e:
-                raise BadRequest(
-                    str(e).replace("sampling_params.json_schema", "response_format"),
-                    "response_format",
-                ) from e
+        params.json_schema = schema  # compiled by the scheduler, which names the field if bad
         if req.top_logprobs and not req.logprobs:
             raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
         kw = {
@@ -358,9 +373,17 @@ class OpenAIServing:
         }
         states = self._submit_n(prompt, params, req.n, **kw)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        try:
+            results = await self._run(req.stream, states, is_disconnected)
+        except RequestRejected as e:
+            message = str(e)
+            if "sampling_params.json_schema" not in message:
+                raise
+            raise BadRequest(
+                message.replace("sampling_params.json_schema", "response_format"), "response_format"
+            ) from None
         if req.stream:
             return self._stream_chat(req, states, rid, created)
-        results = await self._gather(states, is_disconnected)
         choices = [
             {
                 "index": i,

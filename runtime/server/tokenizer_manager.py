@@ -22,10 +22,16 @@ from runtime.messages import (
 from runtime.model.loader import load_tokenizer
 from runtime.outputs import GenerationResult
 from runtime.sampling.params import SamplingParams
-from runtime.scheduler.grammar_backend import GrammarBackend
 from runtime.server.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
+
+
+def max_token_bytes(tokenizer) -> int:
+    """An upper bound on the UTF-8 bytes of text one token stands for (its spelling in the
+    vocabulary, times a margin for normalisers that shrink text)."""
+    longest = max((len(t.encode("utf-8", "replace")) for t in tokenizer.get_vocab()), default=1)
+    return 4 * max(longest, 1)
 
 
 class BadRequest(ValueError):
@@ -38,6 +44,33 @@ class BadRequest(ValueError):
 
 class RequestRejected(ValueError):
     """The scheduler refused a request (for example a prompt longer than the context)."""
+
+
+class RequestFailed(RuntimeError):
+    """A request broke inside the server (HTTP 500); the server itself keeps serving."""
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request finished; the request was aborted."""
+
+
+MAX_TOP_LOGPROBS = 256
+
+
+def check_logprob_args(prompt_len: int, logprob_start_len, top_logprobs_num) -> None:
+    if not _is_int(logprob_start_len) or not -1 <= logprob_start_len < prompt_len:
+        raise BadRequest(
+            f"logprob_start_len must be -1 or a prompt position in [0, {prompt_len})",
+            "logprob_start_len",
+        )
+    if not _is_int(top_logprobs_num) or not 0 <= top_logprobs_num <= MAX_TOP_LOGPROBS:
+        raise BadRequest(
+            f"top_logprobs_num must be an integer in [0, {MAX_TOP_LOGPROBS}]", "top_logprobs_num"
+        )
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -55,7 +88,12 @@ class ReqState:
     last_token_at: float | None = None
     finished: bool = False
     error: str | None = None
+    error_status: int = 400
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise (RequestFailed if self.error_status >= 500 else RequestRejected)(self.error)
 
 
 class TokenizerManager:
@@ -68,8 +106,9 @@ class TokenizerManager:
         context_length: int,
     ):
         self.tokenizer = load_tokenizer(model_folder)
-        self.grammars = GrammarBackend(self.tokenizer)  # validates constraints before queueing
         self.context_length = context_length
+        # a text this long in UTF-8 has more tokens than the context, whatever it says
+        self.max_prompt_bytes = context_length * max_token_bytes(self.tokenizer)
         ctx = zmq.asyncio.Context()
         self.send = ctx.socket(zmq.PUSH)
         self.send.setsockopt(zmq.SNDHWM, 0)
@@ -89,10 +128,33 @@ class TokenizerManager:
 
     # ---- requests ----------------------------------------------------------------------
     def prepare(self, text, input_ids, sampling_params, rid=None):
-        """Tokenize and validate a /generate body; raises ValueError naming the bad field."""
-        return normalize_generate_input(
-            self.tokenizer, text, input_ids, sampling_params, rid, self.grammars
-        )
+        """Tokenize and validate a /generate body; raises ValueError naming the bad field.
+        Constraints are compiled by the scheduler, which answers a bad one with an error."""
+        if text is not None:
+            for t in [text] if isinstance(text, str) else text:
+                self.check_text(t, "text")
+        return normalize_generate_input(self.tokenizer, text, input_ids, sampling_params, rid)
+
+    def check_text(self, text, field: str) -> None:
+        """Refuse, before tokenizing it, a text too long to fit the context whatever its tokens."""
+        if isinstance(text, str) and len(text) > self.max_prompt_bytes // 4:
+            size = len(text.encode("utf-8", "replace"))
+            if size > self.max_prompt_bytes:
+                raise BadRequest(
+                    f"{field} has {size} bytes: more than this model's context of "
+                    f"{self.context_length} tokens can hold",
+                    field,
+                )
+
+    def check_rids(self, rids: list[str]) -> None:
+        """Every rid of a batch new and distinct, checked before any of them is queued."""
+        if len(set(rids)) != len(rids):
+            raise BadRequest("rid: the ids of one batch must be distinct", "rid")
+        for rid in rids:
+            if not isinstance(rid, str) or not rid:
+                raise BadRequest("rid must be a non-empty string", "rid")
+            if rid in self.states:
+                raise BadRequest(f"rid {rid!r} is already in use", "rid")
 
     def submit(
         self,
@@ -104,10 +166,8 @@ class TokenizerManager:
         top_logprobs_num=0,
         stream=False,
     ) -> ReqState:
-        if rid in self.states:
-            raise ValueError(f"rid {rid!r} is already in use")
-        if top_logprobs_num < 0 or not isinstance(top_logprobs_num, int):
-            raise ValueError("top_logprobs_num must be an integer >= 0")
+        self.check_rids([rid])
+        check_logprob_args(len(input_ids), logprob_start_len, top_logprobs_num)
         state = ReqState(rid, len(input_ids), params, return_logprob, top_logprobs_num)
         self.states[rid] = state
         self.send.send_pyobj(
@@ -123,9 +183,27 @@ class TokenizerManager:
         """Wait for the request to finish; aborts it if the client goes away."""
         async for _ in self.stream(state, is_disconnected):
             pass
-        if state.error:
-            raise RequestRejected(state.error)
+        state.raise_error()
+        if not state.finished:
+            raise ClientGone(state.rid)
         return state.result
+
+    async def wait_started(self, states: list[ReqState], is_disconnected=None) -> None:
+        """Wait until every request has produced output or failed, so that a stream starts
+        only once its requests run; a failure aborts the others and raises."""
+        try:
+            for state in states:
+                while state.result is None and not state.finished:
+                    try:
+                        await asyncio.wait_for(state.changed.wait(), timeout=1.0)
+                    except asyncio.TimeoutError:
+                        if is_disconnected is not None and await is_disconnected():
+                            raise ClientGone(state.rid) from None
+                state.raise_error()
+        except BaseException:
+            for state in states:
+                self.abort(state.rid)
+            raise
 
     async def stream(self, state: ReqState, is_disconnected=None) -> AsyncIterator[str]:
         """Yield text deltas as they arrive; ends when the request finishes."""
@@ -203,25 +281,34 @@ class TokenizerManager:
     async def _handle_loop(self) -> None:
         while True:
             msg = await self.recv.recv_pyobj()
-            if isinstance(msg, FlushCacheResp):
-                if self._flush_waiters:
-                    self._flush_waiters.pop(0).set_result(msg.success)
-                continue
-            if not isinstance(msg, BatchStrOut):
-                continue
-            if msg.stats:
-                self.stats = msg.stats
-                self.metrics.update_engine(msg.stats)
-            now = time.perf_counter()
-            for item in msg.outputs:
-                state = self.states.get(item.out.rid)
-                if state is not None:
-                    self._apply(state, item, now)
+            try:
+                self._handle(msg)
+            except Exception:  # one bad message must not stop every later result
+                logger.exception("handling a message from the detokenizer failed")
+
+    def _handle(self, msg) -> None:
+        if isinstance(msg, FlushCacheResp):
+            if self._flush_waiters:
+                self._flush_waiters.pop(0).set_result(msg.success)
+            return
+        if not isinstance(msg, BatchStrOut):
+            return
+        if msg.stats:
+            self.stats = msg.stats
+            self.metrics.update_engine(msg.stats)
+        now = time.perf_counter()
+        for item in msg.outputs:
+            state = self.states.get(item.out.rid)
+            if state is not None:
+                self._apply(state, item, now)
 
     def _apply(self, state: ReqState, item, now: float) -> None:
         out = item.out
         if out.error:
-            state.error = out.error
+            state.error, state.error_status = out.error, out.error_status or 400
+            if out.finish_reason is None:  # failed after the scheduler: stop it there too
+                self.abort(state.rid)
+                out.finish_reason = {"type": "abort", "message": out.error}
         state.text += item.text_delta
         state.output_ids.extend(out.new_ids)
         if out.new_ids:

@@ -1,6 +1,7 @@
 """Start a real server subprocess for tests and wait until it serves."""
 
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -16,10 +17,11 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, *extra_args: str, timeout: float = 180):
+    def __init__(self, *extra_args: str, timeout: float = 180, env: dict | None = None):
+        """`env`: extra environment variables for the server, on top of this process's."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
         cmd = [sys.executable, "-m", "runtime.launch_server", "--port", str(self.port), *extra_args]
         self.log = open(  # noqa: SIM115 (kept open for the server's lifetime)
             os.path.join(os.environ.get("TMPDIR", "/tmp"), f"radixgen-server-{self.port}.log"), "w+"
@@ -51,3 +53,43 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.log.close()
+
+
+def post_raw(
+    port: int, path: str, pieces, headers: dict | None = None, chunked: bool = False
+) -> int | None:
+    """POST a body given as byte pieces, the way a client that reads early answers does: stop
+    sending as soon as the server answers (a 413 before the body is read). `chunked` sends it
+    without a Content-Length. Returns the status code, None if the server closed without one."""
+    pieces = list(pieces)
+    head = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json"]
+    head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    if chunked:
+        head.append("Transfer-Encoding: chunked")
+        pieces = [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces if p] + [b"0\r\n\r\n"]
+    else:
+        head.append(f"Content-Length: {sum(len(p) for p in pieces)}")
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        pending, rest = memoryview(b""), iter(pieces)
+        try:
+            while True:
+                readable, writable, _ = select.select([sock], [sock], [], 60)
+                if readable or not writable:
+                    break  # the server answered (or stalled): stop sending
+                if not pending:
+                    piece = next(rest, None)
+                    if piece is None:
+                        break
+                    pending = memoryview(piece)
+                pending = pending[sock.send(pending) :]
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server closed its side; what it said before that may still be readable
+        answer = b""
+        try:
+            while b"\r\n" not in answer and (got := sock.recv(4096)):
+                answer += got
+        except (ConnectionResetError, TimeoutError):
+            pass
+    first = answer.split(b"\r\n", 1)[0].split()
+    return int(first[1]) if len(first) >= 2 and first[1].isdigit() else None

@@ -1,0 +1,133 @@
+"""A child process that builds grammar automata, so that compiling never holds the scheduler's
+GIL (a Python thread compiling beside the forward pass slows every step many times over) and a
+compile that runs too long, or whose request is aborted, is stopped by ending the process.
+
+The child builds a vocabulary-free `grammars` Machine and sends it back pickled; the scheduler
+pairs it with its vocabulary. A killed child is started again on the next compile.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.05  # how often a waiting compile looks at its deadline and cancel event
+
+
+class CompileTimeout(Exception):
+    """The compile ran past its time limit; the child was ended."""
+
+
+class CompileCancelled(Exception):
+    """The request went away while its grammar compiled; the child was ended."""
+
+
+class CompileWorker:
+    """One child process, one compile at a time (callers queue on a lock)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._proc = None
+        self._conn = None
+
+    def build(
+        self,
+        kind: str,
+        spec,
+        timeout: float | None = None,
+        cancel: threading.Event | None = None,
+    ):
+        """The Machine of a constraint (`kind` is json_schema, regex or ebnf). The grammar's
+        own errors come back as GrammarError; CompileTimeout / CompileCancelled when stopped."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            conn = self._connection()
+            conn.send((kind, spec, timeout))
+            while not conn.poll(POLL_SECONDS):
+                if cancel is not None and cancel.is_set():
+                    self._stop()
+                    raise CompileCancelled("the request was aborted while its grammar compiled")
+                if deadline is not None and time.monotonic() > deadline:
+                    self._stop()
+                    raise CompileTimeout(f"compiling the constraint took longer than {timeout} s")
+                if self._proc.poll() is not None:
+                    self._stop()
+                    raise RuntimeError("the grammar compile process died")
+            status, value = conn.recv()
+        if status == "ok":
+            return value
+        if status == "internal":
+            raise RuntimeError(f"the grammar compiler failed: {value}")
+        from grammars import GrammarError
+
+        raise GrammarError(value)
+
+    def start(self) -> None:
+        """Start the child now (it loads the grammar kernels), ahead of the first compile."""
+        with self._lock:
+            self._connection()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _connection(self) -> Connection:
+        # a fresh interpreter (not multiprocessing's spawn, which would re-run the user's
+        # main module), talking over one end of a socket pair
+        if self._proc is None or self._proc.poll() is not None:
+            self._stop()
+            ours, theirs = socket.socketpair()
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(theirs.fileno())], pass_fds=[theirs.fileno()]
+            )
+            theirs.close()
+            self._conn = Connection(ours.detach())
+        return self._conn
+
+    def _stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = None
+
+
+def _serve(conn: Connection) -> None:
+    """The child's loop: a job in, ("ok", Machine) or ("error", message) out; it ends when the
+    parent's end of the pipe closes (the parent exited or was killed)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us
+    from grammars import CompileBudget, GrammarError, build_machine
+
+    while True:
+        try:
+            kind, spec, timeout = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            # the budget only backs up the parent's clock: the parent ends us on time anyway
+            machine = build_machine(kind, spec, budget=CompileBudget(timeout=timeout))
+            reply = ("ok", machine)
+        except GrammarError as exc:
+            reply = ("error", str(exc))
+        except RecursionError:
+            reply = ("error", "constraint nested too deeply")
+        except Exception as exc:  # a bug in the compiler: report it, keep serving
+            logger.exception("compiling a %s constraint failed", kind)
+            reply = ("internal", f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send(reply)
+        except (EOFError, OSError):
+            return
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))
