@@ -14,7 +14,8 @@
 Targets: 0 leaked slots, 0 lost requests, 0 5xx, a compile-stall ratio under 2. Starts its
 own server (only 127.0.0.1) and ends with one JSON line.
 
-    python benchmarks/bench_reliability.py [--streams 1000] [--overload 500] [--enum-size 50000]
+    python benchmarks/bench_reliability.py [--streams 1000] [--overload 500] [--enum-size 100000]
+        [--sections storm,overload,crashes,stall]
 """
 
 from __future__ import annotations
@@ -41,57 +42,30 @@ from tests.runtime.server.test_reliability import (  # noqa: E402
     big_body,
     enum_schema,
 )
-from tests.runtime.server_helpers import ServerProcess, post_raw  # noqa: E402
+from tests.runtime.server_helpers import SharedServer, post_raw  # noqa: E402
 
 SECTION_LIMIT_S = 600  # no section runs longer than this
 
 
 class Bench:
-    """The server under test; started again when a case took it down."""
+    """The server under test (started again when a case took it down) and the 5xx count."""
 
     def __init__(self, model_path: str):
-        self.args = ("--model-path", model_path)
-        self.server: ServerProcess | None = None
+        self.server = SharedServer("--model-path", model_path)
         self.http_5xx = 0
 
     @property
     def url(self) -> str:
         return self.server.url
 
-    def start(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-        self.server = ServerProcess(*self.args)
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
     def count(self, status: int | None) -> None:
         if status is not None and status >= 500:
             self.http_5xx += 1
 
-    def alive(self) -> bool:
-        if self.server.proc.poll() is not None:
-            return False
-        try:
-            r = httpx.post(
-                f"{self.url}/generate",
-                json={"text": "hi", "sampling_params": {"max_new_tokens": 1}},
-                timeout=30,
-            )
-        except httpx.HTTPError:
-            return False
-        return r.status_code == 200 and self.server.proc.poll() is None
-
-    def stats(self) -> dict:
-        return httpx.get(f"{self.url}/get_server_info", timeout=10).json().get("stats", {})
-
     def wait_idle(self, timeout: float = 120) -> dict:
         deadline = time.time() + timeout
         while True:
-            s = self.stats()
+            s = self.server.stats()
             if (s.get("running") == 0 and s.get("waiting") == 0) or time.time() > deadline:
                 return s
             time.sleep(0.5)
@@ -168,7 +142,7 @@ def abort_storm(bench: Bench, n: int, concurrency: int) -> dict:
             flushed = True
             break
         time.sleep(0.5)
-    s = bench.stats()
+    s = bench.server.stats()
     leaked = s.get("kv_pool_size", 0) - s.get("kv_free", 0)
     return {
         "streams": n,
@@ -251,29 +225,30 @@ def crash_list(bench: Bench) -> dict:
             break
         start = time.perf_counter()
         if isinstance(body, list):
-            status = post_raw(bench.server.port, path, body)
+            status = post_raw(bench.server.process.port, path, body)
         else:
+            content = body if isinstance(body, bytes) else json.dumps(body).encode()
             try:
                 status = httpx.post(
                     f"{bench.url}{path}",
-                    content=json.dumps(body).encode(),
+                    content=content,
                     headers={"Content-Type": "application/json"},
                     timeout=120,
                 ).status_code
             except httpx.HTTPError:
                 status = None
         bench.count(status)
-        survived = bench.alive()
-        rows.append(
-            {
-                "case": name,
-                "status": status,
-                "survived": survived,
-                "seconds": round(time.perf_counter() - start, 2),
-            }
+        survived = bench.server.answers()
+        seconds = time.perf_counter() - start
+        rows.append({"case": name, "status": status, "survived": survived, "seconds": seconds})
+        print(
+            f"  {name[:60]:60s} {status!s:>5} {'survived' if survived else 'DIED':8s} "
+            f"{seconds:7.2f} s",
+            flush=True,
         )
         if not survived:
-            bench.start()
+            bench.server.suspect = True
+            bench.server.up()
     return {"cases": rows, "survived": sum(r["survived"] for r in rows), "total": len(rows)}
 
 
@@ -290,11 +265,11 @@ def plain_latency(bench: Bench) -> float:
 
 def compile_stall(bench: Bench, enum_size: int, compiles: int = 7) -> dict:
     idle = statistics.median(plain_latency(bench) for _ in range(5))
-    body = json.dumps(
-        {"text": "Pick one:", "sampling_params": {"json_schema": enum_schema(enum_size)}}
-    ).encode()
 
-    def compile_request() -> int | None:
+    def compile_request(i: int) -> int | None:
+        schema = enum_schema(enum_size, salt=f"c{i}-")  # distinct: compiled grammars are cached
+        params = {"json_schema": schema, "max_new_tokens": 8}
+        body = json.dumps({"text": "Pick one:", "sampling_params": params}).encode()
         try:
             r = httpx.post(
                 f"{bench.url}/generate",
@@ -308,7 +283,7 @@ def compile_stall(bench: Bench, enum_size: int, compiles: int = 7) -> dict:
         return r.status_code
 
     with ThreadPoolExecutor(compiles) as pool:
-        futures = [pool.submit(compile_request) for _ in range(compiles)]
+        futures = [pool.submit(compile_request, i) for i in range(compiles)]
         time.sleep(1.0)  # the compiles have started
         during = statistics.median(plain_latency(bench) for _ in range(3))
         statuses = [f.result() for f in futures]
@@ -322,53 +297,70 @@ def compile_stall(bench: Bench, enum_size: int, compiles: int = 7) -> dict:
     }
 
 
+SECTIONS = ("storm", "overload", "crashes", "stall")
+
+
+def summary(bench: Bench, results: dict) -> dict:
+    """The headline figures of the sections that ran (None for the others)."""
+    storm, load = results.get("storm"), results.get("overload")
+    crashes, stall = results.get("crashes"), results.get("stall") or {}
+    lost = None
+    if storm or load:
+        lost = (load or {}).get("lost", 0) + (storm or {}).get("error", 0)
+    return {
+        "bench": "reliability",
+        "leaked_slots": storm["leaked_slots"] if storm else None,
+        "lost_requests": lost,
+        "http_5xx": bench.http_5xx,
+        "plain_latency_idle_s": stall.get("plain_latency_idle_s"),
+        "plain_latency_during_compiles_s": stall.get("plain_latency_during_compiles_s"),
+        "compile_stall_ratio": stall.get("compile_stall_ratio"),
+        "crash_cases_survived": f"{crashes['survived']}/{crashes['total']}" if crashes else None,
+        "abort_storm": storm,
+        "overload": load,
+        "crash_cases_died": [r["case"] for r in crashes["cases"] if not r["survived"]]
+        if crashes
+        else None,
+        "crash_cases_5xx": [r["case"] for r in crashes["cases"] if (r["status"] or 0) >= 500]
+        if crashes
+        else None,
+        "compile_statuses": stall.get("compile_statuses"),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model-path", default="smollm2")
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--storm-concurrency", type=int, default=64)
     parser.add_argument("--overload", type=int, default=500)
-    parser.add_argument("--enum-size", type=int, default=50_000)
-    args = parser.parse_args()
-
-    bench = Bench(args.model_path)
-    bench.start()
-    try:
-        storm = abort_storm(bench, args.streams, args.storm_concurrency)
-        print("abort storm:", storm, flush=True)
-        load = overload(bench, args.overload)
-        print("overload:", load, flush=True)
-        crashes = crash_list(bench)
-        for row in crashes["cases"]:
-            print(
-                f"  {row['case'][:60]:60s} {row['status']!s:>5} "
-                f"{'survived' if row['survived'] else 'DIED':8s} {row['seconds']:7.2f} s"
-            )
-        print(f"crash list: {crashes['survived']}/{crashes['total']} survived", flush=True)
-        stall = compile_stall(bench, args.enum_size)
-        print("compile stall:", stall, flush=True)
-    finally:
-        bench.stop()
-    print(
-        json.dumps(
-            {
-                "bench": "reliability",
-                "leaked_slots": storm["leaked_slots"],
-                "lost_requests": load["lost"] + storm["error"],
-                "http_5xx": bench.http_5xx,
-                "plain_latency_idle_s": stall["plain_latency_idle_s"],
-                "plain_latency_during_compiles_s": stall["plain_latency_during_compiles_s"],
-                "compile_stall_ratio": stall["compile_stall_ratio"],
-                "crash_cases_survived": f"{crashes['survived']}/{crashes['total']}",
-                "abort_storm": storm,
-                "overload": load,
-                "crash_cases_died": [r["case"] for r in crashes["cases"] if not r["survived"]],
-                "crash_cases_5xx": [
-                    r["case"] for r in crashes["cases"] if (r["status"] or 0) >= 500
-                ],
-            }
-        )
+    parser.add_argument("--enum-size", type=int, default=100_000)
+    parser.add_argument(
+        "--sections", default=",".join(SECTIONS), help=f"a subset of {','.join(SECTIONS)}"
     )
+    args = parser.parse_args()
+    sections = args.sections.split(",")
+    if not set(sections) <= set(SECTIONS):
+        parser.error(f"--sections: choose from {SECTIONS}")
+
+    bench, results = Bench(args.model_path), {}
+    bench.server.up()
+    try:
+        if "storm" in sections:
+            results["storm"] = abort_storm(bench, args.streams, args.storm_concurrency)
+            print("abort storm:", results["storm"], flush=True)
+        if "overload" in sections:
+            results["overload"] = overload(bench, args.overload)
+            print("overload:", results["overload"], flush=True)
+        if "crashes" in sections:
+            crashes = results["crashes"] = crash_list(bench)
+            print(f"crash list: {crashes['survived']}/{crashes['total']} survived", flush=True)
+        if "stall" in sections:
+            results["stall"] = compile_stall(bench, args.enum_size)
+            print("compile stall:", results["stall"], flush=True)
+    finally:
+        bench.server.stop()
+    print(json.dumps(summary(bench, results)))
 
 
 if __name__ == "__main__":

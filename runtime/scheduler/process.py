@@ -51,7 +51,6 @@ class SchedulerLoop:
             self.scheduler.step()
 
     def run_forever(self) -> None:
-        self._send_batch([])  # stats are live from the start
         while True:
             self._receive(block=not self.scheduler.has_work())
             if self.scheduler.has_work():
@@ -175,6 +174,7 @@ def run_scheduler_process(
                 "context_length": sch.context_length,
                 "vocab_size": sch.vocab_size,
                 "kv_pool_size": sch.kv_pool.size,
+                "stats": sch.get_stats(),
             }
         )
     except Exception:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import os
 import time
@@ -14,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from runtime.sampling.params import is_valid_text
 from runtime.server.metrics import ServerMetrics
 from runtime.server.openai_api import ChatCompletionRequest, CompletionRequest, OpenAIServing
 from runtime.server.tokenizer_manager import (
@@ -94,7 +96,32 @@ def parse_json(raw: bytes):
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as e:
+        field = _lone_surrogate_field(raw) if "surrogate" in str(e) else None
+        if field is not None:
+            raise BadRequest(
+                f"{field}: strings must be valid Unicode (a lone surrogate)", field
+            ) from None
         raise BadRequest(f"the body is not valid JSON: {e}") from None
+
+
+def _lone_surrogate_field(raw: bytes) -> str | None:
+    """The path (e.g. messages.0.content) of the first string holding a lone surrogate."""
+    try:
+        data = json.loads(raw)  # the standard parser keeps lone surrogates
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[str, object]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str) and not is_valid_text(value):
+            return path or "body"
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        if isinstance(value, (dict, list)):
+            for key, item in items:
+                if isinstance(key, str) and not is_valid_text(key):
+                    return path or "body"
+                stack.append((f"{path}.{key}" if path else str(key), item))
+    return None
 
 
 async def parse_body(request: Request, model: type[BaseModel], limit: int):

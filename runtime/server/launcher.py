@@ -115,6 +115,8 @@ def launch_server(args: ServerArgs) -> None:
             metrics,
             info["context_length"],
         )
+        tm.stats = info["stats"]  # live from the start; the scheduler refreshes them
+        metrics.update_engine(tm.stats)
         app = create_app(args, info, tm, metrics)
 
         config = uvicorn.Config(

@@ -28,10 +28,10 @@ logger = logging.getLogger(__name__)
 
 
 def max_token_bytes(tokenizer) -> int:
-    """An upper bound on the UTF-8 bytes of text one token stands for (its spelling in the
-    vocabulary, times a margin for normalisers that shrink text)."""
-    longest = max((len(t.encode("utf-8", "replace")) for t in tokenizer.get_vocab()), default=1)
-    return 4 * max(longest, 1)
+    """An upper bound on the bytes of text one token stands for: its spelling in the vocabulary
+    has a character per byte (byte-level BPE) or more (SentencePiece's byte tokens), doubled
+    as a margin for normalisers that shrink text."""
+    return 2 * max((len(t) for t in tokenizer.get_vocab()), default=1)
 
 
 class BadRequest(ValueError):

@@ -1,5 +1,8 @@
 """Start a real server subprocess for tests and wait until it serves."""
 
+from __future__ import annotations
+
+import json
 import os
 import select
 import socket
@@ -53,6 +56,68 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.log.close()
+
+
+class SharedServer:
+    """A server that many tests (or benchmark cases) share, with the API key its requests need.
+    `up()` starts it, and starts it again once it died, or, when marked `suspect`, once it no
+    longer generates: a request that takes it down then costs one restart, not every later
+    test."""
+
+    def __init__(self, *args: str, env: dict | None = None, api_key: str | None = None):
+        self.args = args + (("--api-key", api_key) if api_key else ())
+        self.env = env
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.process: ServerProcess | None = None
+        self.first_info: dict | None = None  # /get_server_info after the first start
+        self.suspect = False
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def post(self, path: str, body, timeout: float = 60, **kw) -> httpx.Response:
+        """POST a JSON body (lone surrogates go out as JSON escapes) or raw bytes."""
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", **self.headers, **kw.pop("headers", {})}
+        return httpx.post(self.url + path, content=content, headers=headers, timeout=timeout, **kw)
+
+    def stats(self) -> dict:
+        r = httpx.get(f"{self.url}/get_server_info", headers=self.headers, timeout=10)
+        return r.json().get("stats", {})
+
+    def answers(self) -> bool:
+        """The process runs, and /health and a one-token /generate both succeed."""
+        if self.process is None or self.process.proc.poll() is not None:
+            return False
+        try:
+            health = httpx.get(f"{self.url}/health", timeout=10)
+            gen = self.post("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1}})
+        except httpx.HTTPError:
+            return False
+        return health.status_code == 200 and gen.status_code == 200 and "text" in gen.json()
+
+    def up(self) -> SharedServer:
+        """This server, started (again) if it is not running or, when suspect, not answering."""
+        running = self.process is not None and self.process.proc.poll() is None
+        healthy = running and (not self.suspect or self.answers())
+        self.suspect = False
+        if healthy:
+            return self
+        if self.process is not None:
+            self.restarts += 1
+        self.stop()
+        self.process = ServerProcess(*self.args, env=self.env)
+        if self.first_info is None:
+            r = httpx.get(f"{self.url}/get_server_info", headers=self.headers, timeout=10)
+            self.first_info = r.json()
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
 
 
 def post_raw(
