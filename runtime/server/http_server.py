@@ -115,8 +115,8 @@ def _lone_surrogate_field(raw: bytes) -> str | None:
         path, value = stack.pop()
         if isinstance(value, str) and not is_valid_text(value):
             return path or "body"
-        items = value.items() if isinstance(value, dict) else enumerate(value)
         if isinstance(value, (dict, list)):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, item in items:
                 if isinstance(key, str) and not is_valid_text(key):
                     return path or "body"
