@@ -1,0 +1,125 @@
+"""`Runtime`: start a radixgen server in a subprocess (`python -m runtime.launch_server`),
+wait until it is healthy, and shut it down on `shutdown()` or at interpreter exit."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from lang.backend.http import HttpClient
+from lang.backend.runtime_endpoint import RuntimeEndpoint
+from lang.errors import BackendError
+
+logger = logging.getLogger(__name__)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(model_path: str, port: int, host: str, **server_args: Any) -> list[str]:
+    """The launch command; `foo_bar=value` becomes `--foo-bar value`, True a bare flag."""
+    cmd = [sys.executable, "-m", "runtime.launch_server", "--model-path", model_path]
+    cmd += ["--host", host, "--port", str(port)]
+    for key, value in server_args.items():
+        if value is None or value is False:
+            continue
+        cmd.append("--" + key.replace("_", "-"))
+        if value is not True:
+            cmd.append(str(value))
+    return cmd
+
+
+class Runtime:
+    """A server for this process's programs: `Runtime(model_path="smollm2", **server_args)`
+    takes the server's CLI options as keyword arguments (`disable_radix_cache=True`,
+    `schedule_policy="fcfs"`, ...). `endpoint` is its `RuntimeEndpoint`; the Runtime itself
+    can be passed wherever a backend is expected."""
+
+    def __init__(
+        self,
+        model_path: str = "smollm2",
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        log_level: str = "error",
+        launch_timeout: float = 300.0,
+        api_key: str | None = None,
+        **server_args: Any,
+    ):
+        self.port = port or _free_port()
+        self.url = f"http://{host}:{self.port}"
+        cmd = server_command(
+            model_path, self.port, host, log_level=log_level, api_key=api_key, **server_args
+        )
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (open for the server's life)
+            "w+", prefix="radixgen-runtime-", suffix=".log", delete=False
+        )
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.process: subprocess.Popen | None = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env
+        )
+        atexit.register(self.shutdown)
+        self._wait_healthy(launch_timeout, api_key)
+        self.endpoint = RuntimeEndpoint(self.url, api_key=api_key)
+
+    def _wait_healthy(self, timeout: float, api_key: str | None) -> None:
+        http = HttpClient(self.url, api_key, timeout=2.0)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                output = self.output()
+                self.shutdown()
+                raise BackendError(f"the server exited while starting:\n{output[-4000:]}")
+            try:
+                http.get("/health")
+                logger.info("server ready at %s", self.url)
+                return
+            except BackendError:
+                time.sleep(0.5)
+        self.shutdown()
+        raise BackendError(f"the server did not become healthy within {timeout:.0f} s")
+
+    def output(self) -> str:
+        """What the server printed so far."""
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def shutdown(self) -> None:
+        """Stop the server (idempotent)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.log.close()
+        os.unlink(self.log.name)
+
+    def cache_prefix(self, prefix: str) -> None:
+        self.endpoint.cache_prefix(prefix)
+
+    def flush_cache(self) -> None:
+        self.endpoint.flush_cache()
+
+    def get_server_info(self) -> dict:
+        return self.endpoint.get_server_info()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
