@@ -18,6 +18,8 @@ from runtime.server.tokenizer_manager import (
     RequestRejected,
     TokenizerManager,
 )
+from runtime.server.tool_calls import ToolCall, ToolCallStream, ToolSpec, new_call_id
+from runtime.server.tool_prompt import TemplateSupport, render_messages, request_tool_calls
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 
@@ -136,6 +138,11 @@ def _finish(result: GenerationResult) -> str | None:
     return FINISH_REASONS.get(result.finish_reason["type"], "stop")
 
 
+def _tool_finish(finish: str | None) -> str | None:
+    """A choice that ends with calls finishes with "tool_calls" (unless cut by length)."""
+    return "tool_calls" if finish == "stop" else finish
+
+
 def usage_chunk(kind: str, rid: str, created: int, model: str, states: list[ReqState]) -> dict:
     """The last streamed chunk when stream_options.include_usage is set."""
     results = [s.result for s in states if s.result is not None]
@@ -157,6 +164,7 @@ class OpenAIServing:
     def __init__(self, tm: TokenizerManager, model_names: list[str]):
         self.tm = tm
         self.model_names = model_names
+        self._template_support: TemplateSupport | None = None
 
     def check_model(self, name: str) -> None:
         if name not in self.model_names:
@@ -311,7 +319,14 @@ class OpenAIServing:
         yield "data: [DONE]\n\n"
 
     # ---- /v1/chat/completions ---------------------------------------------------------------
-    def _chat_prompt(self, req: ChatCompletionRequest) -> list[int]:
+    @property
+    def template_support(self) -> TemplateSupport:
+        if self._template_support is None:
+            self._template_support = TemplateSupport.detect(self.tm.tokenizer)
+        return self._template_support
+
+    def _chat_messages(self, req: ChatCompletionRequest) -> list[dict]:
+        """The request's messages, validated: role, text content, and the tool fields."""
         if not req.messages:
             raise BadRequest("messages must not be empty", "messages")
         messages = []
@@ -344,26 +359,46 @@ class OpenAIServing:
                     f"messages[{i}].content must be a string or a list of text parts", "messages"
                 )
             self.tm.check_text(content, "messages")
-            messages.append({"role": "system" if role == "developer" else role, "content": content})
-        text = self.tm.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
+            message = {"role": "system" if role == "developer" else role, "content": content}
+            if role == "assistant" and m.get("tool_calls") is not None:
+                message["tool_calls"] = request_tool_calls(i, m["tool_calls"])
+            if role == "tool":
+                if not isinstance(m.get("tool_call_id"), str):
+                    raise BadRequest(f"messages[{i}].tool_call_id must be a string", "messages")
+                message["tool_call_id"] = m["tool_call_id"]
+            messages.append(message)
+        return messages
+
+    def _chat_prompt(self, req: ChatCompletionRequest, spec: ToolSpec | None) -> list[int]:
+        messages, tools = render_messages(self._chat_messages(req), spec, self.template_support)
+        kw = {"tools": tools} if tools else {}
+        try:
+            text = self.tm.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, **kw
+            )
+        except Exception as e:  # the template's own checks (roles, their order)
+            raise BadRequest(f"messages: the chat template refused them: {e}", "messages") from e
+        self.tm.check_text(text, "messages")
         return self.tm.tokenizer.encode(text, add_special_tokens=False)
 
     async def chat(self, req: ChatCompletionRequest, is_disconnected):
         self.check_model(req.model)
-        if req.tools and req.tool_choice != "none":
-            raise BadRequest(
-                "tools are not supported yet (structured decoding is not built)", "tools"
-            )
+        spec = ToolSpec.from_request(req.tools, req.tool_choice, req.parallel_tool_calls)
         schema = response_format_schema(req.response_format)
+        if spec is not None and schema is not None:
+            raise BadRequest(
+                "response_format cannot be combined with tools (unless tool_choice is none)",
+                "response_format",
+            )
         max_tokens = (
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         )
-        prompt = self._chat_prompt(req)
+        prompt = self._chat_prompt(req, spec)
         self.tm.check_prompt(prompt, "messages")
         params = sampling_params(req, max_tokens, max(self.tm.context_length - len(prompt) - 1, 1))
         params.json_schema = schema  # compiled by the scheduler, which names the field if bad
+        for name, value in (spec.constraint() if spec else {}).items():
+            setattr(params, name, value)
         if req.top_logprobs and not req.logprobs:
             raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
         kw = {
@@ -377,28 +412,37 @@ class OpenAIServing:
             results = await self._run(req.stream, states, is_disconnected)
         except RequestRejected as e:
             message = str(e)
+            if spec is not None and "sampling_params." in message:
+                raise await self._bad_tool(spec, prompt, message) from None
             if "sampling_params.json_schema" not in message:
                 raise
             raise BadRequest(
                 message.replace("sampling_params.json_schema", "response_format"), "response_format"
             ) from None
         if req.stream:
-            return self._stream_chat(req, states, rid, created)
-        choices = [
-            {
-                "index": i,
-                "message": {"role": "assistant", "content": res.text},
-                "logprobs": {
-                    "content": self._chat_logprobs(
-                        res.output_token_logprobs, res.output_top_logprobs
-                    )
+            return self._stream_chat(req, spec, states, rid, created)
+        choices = []
+        for i, res in enumerate(results):
+            message, finish = {"role": "assistant", "content": res.text}, _finish(res)
+            parsed = spec.parse_output(res.text) if spec else None
+            if parsed and parsed.calls:
+                calls = [ToolCall(new_call_id(), *call).as_openai() for call in parsed.calls]
+                message.update(content=parsed.content, tool_calls=calls)
+                finish = _tool_finish(finish)
+            choices.append(
+                {
+                    "index": i,
+                    "message": message,
+                    "logprobs": {
+                        "content": self._chat_logprobs(
+                            res.output_token_logprobs, res.output_top_logprobs
+                        )
+                    }
+                    if req.logprobs
+                    else None,
+                    "finish_reason": finish,
                 }
-                if req.logprobs
-                else None,
-                "finish_reason": _finish(res),
-            }
-            for i, res in enumerate(results)
-        ]
+            )
         return {
             "id": rid,
             "object": "chat.completion",
@@ -407,6 +451,23 @@ class OpenAIServing:
             "choices": choices,
             "usage": usage(results),
         }
+
+    async def _bad_tool(self, spec: ToolSpec, prompt: list[int], message: str) -> BadRequest:
+        """The error for a tool-call grammar the scheduler refused: compiles each tool's
+        parameters alone (one token-free probe per tool) to name the tool at fault."""
+        probes = []
+        for tool in spec.tools:
+            params = SamplingParams(max_new_tokens=0, json_schema=tool.parameters)
+            probes.append(self.tm.submit(f"probe-{uuid.uuid4().hex}", prompt[:1], params))
+        outcomes = await asyncio.gather(
+            *(self.tm.wait_result(p) for p in probes), return_exceptions=True
+        )
+        for tool, outcome in zip(spec.tools, outcomes):
+            if isinstance(outcome, RequestRejected) and "sampling_params." in str(outcome):
+                reason = str(outcome).split(": ", 1)[-1]
+                return BadRequest(f"tools: the parameters of {tool.name!r}: {reason}", "tools")
+        reason = message.split(": ", 1)[-1]
+        return BadRequest(f"tools: the grammar of the tool calls: {reason}", "tools")
 
     def _chat_logprobs(self, pairs, tops) -> list[dict]:
         def entry(lp, tid):
@@ -420,7 +481,7 @@ class OpenAIServing:
             out.append(e)
         return out
 
-    async def _stream_chat(self, req, states, rid, created) -> AsyncIterator[str]:
+    async def _stream_chat(self, req, spec, states, rid, created) -> AsyncIterator[str]:
         def chunk(i, delta, finish=None, logprobs=None):
             return {
                 "id": rid,
@@ -435,6 +496,7 @@ class OpenAIServing:
         for i in range(len(states)):
             yield sse(chunk(i, {"role": "assistant", "content": ""}))
         sent_lp = [0] * len(states)
+        calls = [ToolCallStream(spec) if spec else None for _ in states]
         async for i, delta in self.tm.merge_streams(states):
             res = states[i].result
             logprobs = None
@@ -444,11 +506,19 @@ class OpenAIServing:
                     "content": self._chat_logprobs(new, res.output_top_logprobs[sent_lp[i] :])
                 }
                 sent_lp[i] = len(res.output_token_logprobs)
-            if delta is None:
-                if res is not None:
-                    yield sse(chunk(i, {}, _finish(res), logprobs))
-            elif delta or logprobs:
-                yield sse(chunk(i, {"content": delta}, None, logprobs))
+            if calls[i] is None:
+                deltas = [{"content": delta}] if delta else []
+            else:  # the calls' text becomes tool_calls deltas
+                deltas = calls[i].deltas(states[i].text, final=delta is None)
+            if delta is not None and logprobs and not deltas:
+                deltas = [{"content": ""}]
+            for k, d in enumerate(deltas):
+                yield sse(chunk(i, d, None, logprobs if k == 0 else None))
+            if delta is None and res is not None:
+                finish = _finish(res)
+                if calls[i] is not None and calls[i].call_ids:
+                    finish = _tool_finish(finish)
+                yield sse(chunk(i, {}, finish, None if deltas else logprobs))
         if (req.stream_options or {}).get("include_usage"):
             yield sse(usage_chunk("chat.completion.chunk", rid, created, req.model, states))
         yield "data: [DONE]\n\n"
