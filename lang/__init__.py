@@ -33,7 +33,7 @@ from lang.choices import (
     token_length_normalized,
     unconditional_likelihood_normalized,
 )
-from lang.errors import BackendError, LangError, ProgramError, UnsupportedFeatureError
+from lang.errors import BackendError, LangError, UnsupportedFeatureError
 from lang.function import SglFunction
 from lang.global_config import global_config
 from lang.state import ProgramState, ProgramStateGroup
@@ -44,7 +44,6 @@ __all__ = [
     "ChoicesSamplingMethod",
     "LangError",
     "OpenAI",
-    "ProgramError",
     "ProgramState",
     "ProgramStateGroup",
     "Runtime",

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 logger = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant")
-_MARK = "\x1fradixgen-content\x1f"  # stands for a message's content while rendering
+_MARK = "RADIXGEN_CONTENT_7F3A"  # stands for a message's content while rendering
 
 
 @dataclass(frozen=True)

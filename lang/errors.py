@@ -23,7 +23,3 @@ class UnsupportedFeatureError(LangError):
         super().__init__(message + (f": {hint}" if hint else ""))
         self.feature = feature
         self.backend = backend
-
-
-class ProgramError(LangError):
-    """A program's expression failed while it ran; `__cause__` holds the original error."""

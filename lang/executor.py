@@ -10,7 +10,6 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from lang.errors import ProgramError
 from lang.ir import (
     ConcateAndAppend,
     ConstantText,
@@ -119,7 +118,7 @@ class StreamExecutor:
     def raise_error(self) -> None:
         """Raise the error an expression of this state failed with, if any."""
         if self.error_ is not None:
-            raise ProgramError(f"the program failed: {self.error_}") from self.error_
+            raise self.error_
 
     def fork(self, size: int) -> list[StreamExecutor]:
         """`size` copies of this state. With more than one, the text so far is committed to

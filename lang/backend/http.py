@@ -24,14 +24,14 @@ class HttpClient:
     timeout: float = 600.0
 
     def get(self, path: str) -> Any:
-        """GET `path` and decode its JSON answer."""
+        """GET `path`: its JSON answer decoded (a plain-text answer as a string)."""
         with self._open(path, None) as response:
-            return json.load(response)
+            return _decode(response.read())
 
     def post(self, path: str, body: Any) -> Any:
-        """POST a JSON body to `path` and decode the JSON answer."""
+        """POST a JSON body to `path`: the JSON answer decoded (plain text as a string)."""
         with self._open(path, body) as response:
-            return json.load(response)
+            return _decode(response.read())
 
     def stream(self, path: str, body: Any) -> Iterator[Any]:
         """POST a JSON body and yield each `data:` event's JSON until `[DONE]`."""
@@ -57,6 +57,14 @@ class HttpClient:
             raise BackendError(_error_message(e), e.code) from None
         except (urllib.error.URLError, OSError) as e:
             raise BackendError(f"cannot reach {self.base_url}{path}: {e}") from None
+
+
+def _decode(raw: bytes) -> Any:
+    text = raw.decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _error_message(error: urllib.error.HTTPError) -> str:
