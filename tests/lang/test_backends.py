@@ -1,0 +1,95 @@
+"""The OpenAI backend against our own /v1, and `sgl.Runtime` starting and stopping a server."""
+
+import json
+import socket
+from urllib.parse import urlparse
+
+import pytest
+
+import lang as sgl
+
+
+@pytest.fixture
+def openai_backend(backend) -> sgl.OpenAI:
+    return sgl.OpenAI("smollm2", base_url=backend.base_url + "/v1", api_key="unused")
+
+
+@sgl.function
+def chat(s, question, schema=None):
+    s += sgl.system("You are a helpful assistant.")
+    s += sgl.user(question)
+    s += sgl.assistant(sgl.gen("answer", json_schema=schema))  # run(max_new_tokens=...)
+
+
+def test_openai_backend_runs_chat_programs(openai_backend):
+    state = chat.run(
+        question="What is the capital of France?",
+        backend=openai_backend,
+        temperature=0,
+        max_new_tokens=10,
+    )
+    assert "Paris" in state["answer"]
+    assert [m["role"] for m in state.messages()] == ["system", "user", "assistant"]
+    assert state.messages()[-1]["content"] == state["answer"].strip()
+    meta = state.get_meta_info("answer")
+    assert meta["prompt_tokens"] > 5 and 1 <= meta["completion_tokens"] <= 10
+
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"],
+        "additionalProperties": False,
+    }
+    state = chat.run(
+        question="Is Paris in France? JSON.",
+        schema=schema,
+        backend=openai_backend,
+        temperature=0,
+        max_new_tokens=24,
+    )
+    assert isinstance(json.loads(state["answer"])["ok"], bool)
+
+    streamed = chat.run(
+        question="Say hi.", backend=openai_backend, stream=True, temperature=0, max_new_tokens=8
+    )
+    pieces = list(streamed.text_iter("answer"))
+    assert len(pieces) > 1 and "".join(pieces) == streamed["answer"]
+
+
+def test_openai_backend_names_what_it_cannot_do(openai_backend):
+    @sgl.function
+    def with_regex(s):
+        s += sgl.user("An IP?") + sgl.assistant(sgl.gen("ip", regex=r"\d+", max_tokens=4))
+
+    with pytest.raises(sgl.UnsupportedFeatureError, match="regex"):
+        with_regex.run(backend=openai_backend)
+
+    @sgl.function
+    def prefilled(s):
+        s += sgl.user("Hi") + sgl.assistant("Sure: " + sgl.gen("x", max_tokens=2))
+
+    with pytest.raises(sgl.UnsupportedFeatureError, match="assistant message"):
+        prefilled.run(backend=openai_backend)
+
+    @sgl.function
+    def choose(s, method):
+        s += sgl.user("Yes or no?") + sgl.assistant(sgl.select("a", ["yes", "no"], 0.0, method))
+
+    assert choose.run(method=sgl.token_length_normalized, backend=openai_backend)["a"] in (
+        "yes",
+        "no",
+    )
+    with pytest.raises(sgl.UnsupportedFeatureError, match="logprobs"):
+        choose.run(method=sgl.greedy_token_selection, backend=openai_backend)
+
+
+def test_runtime_serves_and_shuts_down(runtime):
+    assert runtime.get_server_info()["server_args"]["model_path"] == "smollm2"
+    state = chat.run(question="Say hi.", backend=runtime, max_new_tokens=2)
+    assert state.get_meta_info("answer")["completion_tokens"] <= 2
+    address = urlparse(runtime.url)
+    runtime.shutdown()
+    assert runtime.process is None
+    with pytest.raises(OSError), socket.create_connection((address.hostname, address.port), 2):
+        pass
+    runtime.shutdown()  # a second call does nothing
