@@ -97,6 +97,7 @@ def main() -> None:
     parser.add_argument("--model", default="default")
     parser.add_argument("--question", default="What is the weather like in Paris?")
     parser.add_argument("--rounds", type=int, default=2, help="rounds that may call tools")
+    parser.add_argument("--max-tokens", type=int, default=64, help="per reply")
     args = parser.parse_args()
 
     client = OpenAI(base_url=args.base_url, api_key="unused")
@@ -109,7 +110,7 @@ def main() -> None:
             messages=messages,
             tools=TOOLS,
             tool_choice=choice,
-            max_tokens=64,
+            max_tokens=args.max_tokens,
             temperature=0,
         )
         message = reply.choices[0].message

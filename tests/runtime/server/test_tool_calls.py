@@ -17,32 +17,18 @@ import httpx
 import jsonschema
 import pytest
 
+from examples.tool_calls import TOOLS as EXAMPLE_TOOLS
 from runtime.server_args import ServerArgs
 from tests.runtime.server_helpers import SharedServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 20},
-                "unit": {"enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
-    },
-}
+WEATHER = EXAMPLE_TOOLS[0]  # city and unit
 CALCULATOR = {
     "type": "function",
     "function": {
         "name": "calculate",
-        "description": "Evaluate an arithmetic expression.",
+        "description": "Evaluate an arithmetic expression.",  # with a local $ref
         "parameters": {
             "type": "object",
             "$defs": {"expr": {"type": "string", "maxLength": 20}},
@@ -55,20 +41,23 @@ CALCULATOR = {
 TOOLS = [WEATHER, CALCULATOR]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def weather_call(call_id: str, city: str) -> dict:
+    """An assistant message that called get_weather, as a client sends it back."""
+    arguments = json.dumps({"city": city, "unit": "celsius"})
+    function = {"name": "get_weather", "arguments": arguments}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+    }
+
+
 # an earlier exchange the small model copies: without it, it answers weather questions in text
 EARLIER_CALL = [
     {"role": "user", "content": "What is the weather in London?"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": '{"city": "London"}'},
-            }
-        ],
-    },
+    weather_call("call_1", "London"),
     {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 12}'},
     {"role": "assistant", "content": "It is 12 degrees in London."},
     *QUESTION,
@@ -146,13 +135,15 @@ def auto_call_reply(client):
     return ask(client, EARLIER_CALL)
 
 
-def test_required_gives_one_valid_call(client):
-    reply = ask(client, tool_choice="required", parallel_tool_calls=False)
-    choice = reply.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    assert choice.message.content is None
-    assert len(checked_calls(choice)) == 1
-    assert reply.usage.completion_tokens > 0
+def test_required_gives_one_valid_call_per_choice(client):
+    reply = ask(
+        client, tool_choice="required", parallel_tool_calls=False, n=2, temperature=0.8, seed=3
+    )
+    assert len(reply.choices) == 2
+    for choice in reply.choices:
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        assert len(checked_calls(choice)) == 1
+    assert reply.usage.completion_tokens >= 2
 
 
 def test_named_function_is_the_one_called(client):
@@ -199,32 +190,12 @@ def test_auto_stream_matches(client, auto_call_reply):
 def test_answer_uses_the_tool_result(client):
     messages = [
         *QUESTION,
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_9",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                }
-            ],
-        },
+        weather_call("call_9", "Paris"),
         {"role": "tool", "tool_call_id": "call_9", "content": '{"temperature_celsius": 31}'},
     ]
     choice = ask(client, messages, tool_choice="none", max_tokens=24).choices[0]
     assert choice.message.tool_calls is None
     assert "31" in choice.message.content
-
-
-def test_n_choices_each_call(client):
-    reply = ask(
-        client, tool_choice="required", parallel_tool_calls=False, n=2, temperature=0.8, seed=3
-    )
-    assert len(reply.choices) == 2
-    for choice in reply.choices:
-        assert choice.finish_reason == "tool_calls" and len(checked_calls(choice)) == 1
-    assert reply.usage.completion_tokens >= 2
 
 
 def _tool(name="f", parameters=None) -> dict:
@@ -289,7 +260,7 @@ def test_server_serves_after_bad_requests(server):
 def test_example_tool_loop_runs(server):
     example = os.path.join(ROOT, "examples", "tool_calls.py")
     out = subprocess.run(
-        [sys.executable, example, "--base-url", f"{server.url}/v1"],
+        [sys.executable, example, "--base-url", f"{server.url}/v1", "--max-tokens", "24"],
         capture_output=True,
         text=True,
         timeout=240,
