@@ -17,6 +17,12 @@ How each `tool_choice` is served:
 The same text is parsed for streamed and for whole responses (`parse_output`), so a stream's
 deltas add up to the whole response. The prompt side (the chat template, or a system-prompt
 section for templates without tools) is in `runtime.server.tool_prompt`.
+
+/generate and the offline Engine have no `tools` field: render the tools into the prompt (the
+template's `tools=` argument, or a system message like the fallback's) and pass the grammar
+yourself, `json_schema` = `ToolSpec.calls_schema()`'s shape for a forced call or
+`structural_tag` = `ToolSpec.structural_tag()`'s shape for text that may call; then parse the
+text as `ToolSpec.parse_output` does.
 """
 
 from __future__ import annotations

@@ -243,3 +243,28 @@ def test_template_rendering_passes_tools_and_calls():
     call = messages[1]["tool_calls"][0]
     assert call["function"] == {"name": "add", "arguments": {"a": 1}}
     assert messages[2] == {"role": "tool", "content": "3", "tool_call_id": "c1", "name": "add"}
+
+
+# a Hermes-style template that renders tools, calls and tool results itself
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}"
+    "</tools><|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>"
+    "{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_template_with_tools_renders_them_itself(smollm2_folder):
+    tokenizer = load_tokenizer(smollm2_folder)
+    tokenizer.chat_template = TOOL_TEMPLATE
+    support = TemplateSupport.detect(tokenizer)
+    assert support == TemplateSupport(tools=True, tool_calls=True, tool_role=True)
+    messages, tools = render_messages(history()[1:], spec(), support)
+    text = tokenizer.apply_chat_template(
+        messages, tools=tools, tokenize=False, add_generation_prompt=True
+    )
+    assert '<tools>{"type": "function", "function": {"name": "add"' in text
+    assert '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>' in text
+    assert "<|im_start|>tool\n3<|im_end|>" in text and "You can call" not in text
