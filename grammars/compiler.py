@@ -91,11 +91,13 @@ class GrammarCompiler:
         any_whitespace: bool = True,
         separators: tuple[str, str] | None = None,
         strict_mode: bool = False,
+        max_whitespace_cnt: int | None = None,
         budget: CompileBudget | None = None,
     ) -> CompiledGrammar:
         """`schema` as a dict or JSON text. any_whitespace=False writes exactly `separators`
-        (default ", " and ": "); strict_mode=True forbids properties and items the schema does
-        not name (as if additionalProperties / items were false)."""
+        (default ", " and ": "); otherwise each whitespace run holds at most
+        `max_whitespace_cnt` characters (None: unbounded). strict_mode=True forbids properties
+        and items the schema does not name (as if additionalProperties / items were false)."""
         from grammars.json_schema import check_depth, check_text_depth, schema_to_rules
 
         if isinstance(schema, str):
@@ -122,6 +124,7 @@ class GrammarCompiler:
                 any_whitespace,
                 tuple(separators) if separators else None,
                 strict_mode,
+                max_whitespace_cnt,
             )
             return self._cached(
                 key,
@@ -130,6 +133,36 @@ class GrammarCompiler:
                     any_whitespace=any_whitespace,
                     separators=separators,
                     strict=strict_mode,
+                    max_whitespace_cnt=max_whitespace_cnt,
+                ),
+            )
+
+    def compile_structural_tag(
+        self,
+        tag,
+        *,
+        any_whitespace: bool = True,
+        max_whitespace_cnt: int | None = None,
+        budget: CompileBudget | None = None,
+    ) -> CompiledGrammar:
+        """Free text in which each trigger opens one of the tag's structures (begin, a JSON
+        document valid against its schema, end); `tag` as a dict or JSON text
+        (grammars.structural_tag); whitespace options as compile_json_schema takes them."""
+        from grammars.json_schema import schema_to_rules
+        from grammars.structural_tag import parse_structural_tag, structural_tag_rules
+
+        text = tag if isinstance(tag, str) else json.dumps(tag, sort_keys=True)
+        _check_size(budget, text)
+        with running(budget):
+            checkpoint()
+            parse_structural_tag(tag)  # errors before the cache is consulted
+            return self._cached(
+                ("structural_tag", text, any_whitespace, max_whitespace_cnt),
+                lambda: structural_tag_rules(
+                    tag,
+                    lambda s: schema_to_rules(
+                        s, any_whitespace=any_whitespace, max_whitespace_cnt=max_whitespace_cnt
+                    ),
                 ),
             )
 
@@ -161,13 +194,17 @@ class _MachineBuilder(GrammarCompiler):
         return _machine(build)
 
 
-def build_machine(kind: str, spec, *, budget: CompileBudget | None = None) -> Machine:
-    """The automaton of one constraint (`kind`: json_schema, regex, ebnf or choices, with the
-    argument its compile_* method takes), built without a vocabulary and picklable, so that
-    another process can build it; CompiledGrammar(machine, compiler.vocab) makes it usable."""
-    if kind not in ("json_schema", "regex", "ebnf", "choices"):
+CONSTRAINT_KINDS = ("json_schema", "regex", "ebnf", "choices", "structural_tag")
+
+
+def build_machine(kind: str, spec, *, budget: CompileBudget | None = None, **options) -> Machine:
+    """The automaton of one constraint (`kind`: one of CONSTRAINT_KINDS, with the argument and
+    keyword options its compile_* method takes), built without a vocabulary and picklable, so
+    that another process can build it; CompiledGrammar(machine, compiler.vocab) makes it
+    usable."""
+    if kind not in CONSTRAINT_KINDS:
         raise GrammarError(f"unknown constraint kind {kind!r}")
-    return getattr(_MachineBuilder(), f"compile_{kind}")(spec, budget=budget)
+    return getattr(_MachineBuilder(), f"compile_{kind}")(spec, budget=budget, **options)
 
 
 def _machine(build) -> Machine:

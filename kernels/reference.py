@@ -61,6 +61,8 @@ def apply_token_bitmask_inplace_ref(logits, bitmask, indices=None):
     vocab = logits.shape[-1]
     bits = (bitmask.to(torch.int64)[..., :, None] >> torch.arange(32, device=bitmask.device)) & 1
     allowed = bits.reshape(*bitmask.shape[:-1], -1)[..., :vocab].bool()
-    rows = range(logits.shape[0]) if indices is None else [int(i) for i in indices]
-    for r in rows:
-        logits[r].masked_fill_(~allowed[r], float("-inf"))
+    if indices is None:
+        logits.masked_fill_(~allowed, float("-inf"))
+        return
+    rows = torch.as_tensor(indices, dtype=torch.int64, device=logits.device)
+    logits[rows] = logits[rows].masked_fill(~allowed[rows], float("-inf"))

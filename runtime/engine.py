@@ -31,10 +31,9 @@ def normalize_generate_input(
     input_ids: list[int] | list[list[int]] | None,
     sampling_params: dict | list[dict] | None,
     rid: str | list[str] | None = None,
-    grammars=None,
 ) -> GenerateInput:
     """Tokenize, validate and expand `n` copies; raises ValueError naming the bad field.
-    `grammars` (a GrammarBackend) compiles json_schema / regex / ebnf constraints to check them."""
+    Constraints are compiled (and refused) by the scheduler."""
     if (text is None) == (input_ids is None):
         raise ValueError("exactly one of text and input_ids must be given")
     if text is not None:
@@ -68,9 +67,6 @@ def normalize_generate_input(
         raise ValueError("rid: give one id per prompt")
     if len(set(rids)) != len(rids):
         raise ValueError("rid: the ids of one batch must be distinct")
-    if grammars is not None:
-        for sp in params:
-            grammars.compile(sp)  # a bad schema / regex / grammar is a ValueError naming it
     out_prompts, out_params, out_rids = [], [], []
     for prompt, sp, r in zip(prompts, params, rids):
         for i in range(sp.n):
@@ -100,9 +96,7 @@ class Engine:
         return_text_in_logprobs: bool = False,
         rid: str | list[str] | None = None,
     ) -> dict | list[dict]:
-        batch = normalize_generate_input(
-            self.tokenizer, prompt, input_ids, sampling_params, rid, self.scheduler.grammars
-        )
+        batch = normalize_generate_input(self.tokenizer, prompt, input_ids, sampling_params, rid)
         reqs = [
             Req(r, p, sp, return_logprob, logprob_start_len, top_logprobs_num)
             for p, sp, r in zip(batch.prompts, batch.params, batch.rids)
@@ -118,6 +112,9 @@ class Engine:
             raise
         while not all(r.finished for r in reqs):
             self.scheduler.step()
+        refused = next((r for r in reqs if r.finished_reason.status == 400), None)
+        if refused is not None:  # e.g. a constraint that does not compile
+            raise ValueError(refused.finished_reason.message)
         outs = [
             GenerationResult.from_req(r, self.tokenizer).to_response(
                 self.tokenizer, return_text_in_logprobs

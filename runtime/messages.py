@@ -40,11 +40,13 @@ class ReqOutput:
     """What one request gained in one scheduler step (token deltas, not totals)."""
 
     rid: str
-    new_ids: list[int]
+    new_ids: list[int]  # replace the output from `output_offset` on
     finish_reason: dict | None
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    output_offset: int = -1  # -1: append; a jump-forward may replace tokens already sent
+    jump_forward_tokens: int = 0
     output_token_logprobs: list = field(default_factory=list)
     output_top_logprobs: list = field(default_factory=list)
     input_token_logprobs: list | None = None  # sent once, with the first output

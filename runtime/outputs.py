@@ -26,6 +26,7 @@ class GenerationResult:
     output_top_logprobs: list = field(default_factory=list)
     e2e_latency: float | None = None
     ttft: float | None = None
+    jump_forward_tokens: int = 0
 
     @classmethod
     def from_req(cls, req: Req, tokenizer) -> GenerationResult:
@@ -48,6 +49,7 @@ class GenerationResult:
             output_top_logprobs=req.output_top_logprobs,
             e2e_latency=None if req.finished_at is None else req.finished_at - req.created_at,
             ttft=None if req.first_token_at is None else req.first_token_at - req.created_at,
+            jump_forward_tokens=req.jump_forward_tokens,
         )
 
     def to_response(self, tokenizer, return_text_in_logprobs: bool = False) -> dict:
@@ -58,6 +60,7 @@ class GenerationResult:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": len(self.output_ids),
             "cached_tokens": self.cached_tokens,
+            "jump_forward_tokens": self.jump_forward_tokens,
         }
         if self.e2e_latency is not None:
             meta["e2e_latency"] = self.e2e_latency

@@ -11,6 +11,7 @@ from runtime.model.loader import DEFAULT_MODEL
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ATTENTION_BACKENDS = ("torch", "triton")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+JSON_WHITESPACE = ("bounded", "compact", "any")
 
 
 def _opt(default, help: str, **extra):
@@ -61,6 +62,15 @@ class ServerArgs:
     shutdown_timeout: float = _opt(
         10.0, "Seconds SIGTERM waits for requests in flight before the server exits."
     )
+    disable_jump_forward: bool = _opt(
+        False, "Decode text a grammar forces token by token instead of appending it at once."
+    )
+    json_whitespace: str = _opt(
+        "bounded",
+        "Whitespace JSON constraints allow between tokens: bounded (runs of at most 8 "
+        "characters), compact (exactly ', ' and ': ') or any.",
+        choices=JSON_WHITESPACE,
+    )
 
     def __post_init__(self):
         if self.schedule_policy not in SCHEDULE_POLICIES:
@@ -81,6 +91,10 @@ class ServerArgs:
             raise ValueError("max_request_bytes must be at least 1024")
         if not self.grammar_compile_timeout > 0:
             raise ValueError("grammar_compile_timeout must be a positive number of seconds")
+        if self.json_whitespace not in JSON_WHITESPACE:
+            raise ValueError(
+                f"json_whitespace must be one of {JSON_WHITESPACE}, got {self.json_whitespace!r}"
+            )
         if not self.shutdown_timeout >= 0:
             raise ValueError("shutdown_timeout must be a number of seconds >= 0")
 

@@ -39,9 +39,16 @@ MAX_NESTING = 200  # schemas (subschemas, $refs) nested in one another
 
 
 def schema_to_rules(
-    schema, *, any_whitespace: bool = True, separators=None, strict: bool = False
+    schema,
+    *,
+    any_whitespace: bool = True,
+    separators=None,
+    strict: bool = False,
+    max_whitespace_cnt: int | None = None,
 ) -> tuple[dict, str]:
-    builder = _Builder(schema, any_whitespace, separators, strict)
+    """(rules, root) of the documents `schema` accepts; with any_whitespace, each run of
+    whitespace between tokens holds at most `max_whitespace_cnt` characters (None: any)."""
+    builder = _Builder(schema, any_whitespace, separators, strict, max_whitespace_cnt)
     try:
         root = builder.value(schema, "#")
     except RecursionError:
@@ -53,11 +60,13 @@ def schema_to_rules(
 
 # -- the builder --------------------------------------------------------------------------------
 class _Builder(_ContainerNodes):
-    def __init__(self, root, any_whitespace: bool, separators, strict: bool):
+    def __init__(
+        self, root, any_whitespace: bool, separators, strict: bool, max_ws: int | None = None
+    ):
         self.root_schema = root
         self.strict = strict
         if any_whitespace:
-            ws = rep(_WS, 0, None)
+            ws = rep(_WS, 0, max_ws)
             self.ws = ws
             self.item_sep = cat(ws, lit(","), ws)
             self.key_sep = cat(ws, lit(":"), ws)

@@ -22,7 +22,11 @@ class IncrementalDecoder:
         self.prefix_offset = 0  # decoding restarts a few tokens back, so merges stay correct
         self.read_offset = 0
 
-    def push(self, new_ids: list[int], finish_reason: dict | None = None) -> str:
+    def push(self, new_ids: list[int], finish_reason: dict | None = None, offset: int = -1) -> str:
+        """The text delta after `new_ids` replace the ids from `offset` on (-1: append). A
+        replacement (jump-forward retokenizing) keeps the text a prefix of the new text."""
+        if 0 <= offset < len(self.ids):
+            self._rewind(offset)
         self.ids.extend(new_ids)
         if finish_reason is not None:
             text = self.final_text(finish_reason)
@@ -40,6 +44,16 @@ class IncrementalDecoder:
         delta = text[self.sent :]
         self.sent = max(self.sent, len(text))
         return delta
+
+    def _rewind(self, offset: int) -> None:
+        del self.ids[offset:]
+        if self.read_offset > offset:
+            self.read_offset = offset
+            self.text = self._decode(self.ids[:offset])
+            while self.text.endswith("\ufffd") and self.read_offset > 0:
+                self.read_offset -= 1
+                self.text = self._decode(self.ids[: self.read_offset])
+            self.prefix_offset = max(self.read_offset - 4, 0)
 
     def final_text(self, finish_reason: dict | None) -> str:
         matched = (

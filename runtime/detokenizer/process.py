@@ -66,7 +66,7 @@ def _decode(decoders: dict[str, IncrementalDecoder], tokenizer, o: ReqOutput) ->
         dec = decoders[o.rid] = IncrementalDecoder(
             tokenizer, o.skip_special_tokens, o.stop_strings, o.no_stop_trim
         )
-    delta = dec.push(o.new_ids, o.finish_reason)
+    delta = dec.push(o.new_ids, o.finish_reason, o.output_offset)
     if o.finish_reason is not None:
         del decoders[o.rid]
     return delta

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf")
+CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
+_OBJECT_CONSTRAINTS = ("json_schema", "structural_tag")  # given as an object or JSON text
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_STOP_STRINGS = 64
@@ -52,6 +53,7 @@ class SamplingParams:
     json_schema: str | dict | None = None
     regex: str | None = None
     ebnf: str | None = None
+    structural_tag: str | dict | None = None
     seed: int | None = None
 
     @classmethod
@@ -160,9 +162,9 @@ class SamplingParams:
             check(
                 value is None
                 or (isinstance(value, str) and is_valid_text(value))
-                or (name == "json_schema" and isinstance(value, dict)),
+                or (name in _OBJECT_CONSTRAINTS and isinstance(value, dict)),
                 name,
-                "a string" + (" or an object" if name == "json_schema" else ""),
+                "a string" + (" or an object" if name in _OBJECT_CONSTRAINTS else ""),
             )
         for name in (
             "ignore_eos",
@@ -174,7 +176,8 @@ class SamplingParams:
         constraints = [n for n in CONSTRAINT_FIELDS if getattr(self, n) is not None]
         if len(constraints) > 1:
             raise ValueError(
-                f"sampling_params: only one of json_schema, regex, ebnf may be set, got {constraints}"
+                f"sampling_params: only one of {', '.join(CONSTRAINT_FIELDS)} may be set, "
+                f"got {constraints}"
             )
 
     @property

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from runtime.scheduler.req import Req
@@ -60,16 +59,20 @@ def _filter_probs(
 
 
 def sample(
-    logits: torch.Tensor, reqs: list[Req], eos_ids: set[int], grammars: list | None = None
+    logits: torch.Tensor,
+    reqs: list[Req],
+    eos_ids: set[int],
+    bitmask: torch.Tensor | None = None,
 ) -> SampleOutput:
     """Pick one next token per row of `logits` ([B, V] float32) for the matching request;
-    `grammars` holds a matcher (or None) per row whose mask limits that row's choice."""
+    `bitmask` (fill_grammar_bitmask) limits the rows of constrained requests, before
+    penalties, temperature, top-k, top-p and min-p."""
     batch, vocab = logits.shape
     params = [r.sampling_params for r in reqs]
     want_logprob = [r.return_logprob for r in reqs]
     raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprob) else None
-    if grammars is not None and any(g is not None for g in grammars):
-        apply_grammar_masks(logits, grammars)
+    if bitmask is not None:
+        apply_token_bitmask(logits, bitmask)
 
     for row, (req, sp) in enumerate(zip(reqs, params)):
         # a grammar decides itself when the text may end
@@ -136,13 +139,26 @@ def prompt_logprobs(logits: torch.Tensor, targets: list[int], top_k: int):
     return chosen, top
 
 
-def apply_grammar_masks(logits: torch.Tensor, matchers: list) -> None:
-    """Set to -inf, row by row, the logits of tokens each row's matcher forbids (None = free)."""
+def fill_grammar_bitmask(matchers: list, words: int) -> torch.Tensor | None:
+    """One int32 row of allowed-token bits per matcher (every bit set where the matcher is
+    None); None when no row is constrained. The matchers' kernels release the GIL, so this
+    runs in a thread while the model's forward pass runs."""
+    if all(m is None for m in matchers):
+        return None
+    bitmask = torch.full((len(matchers), words), -1, dtype=torch.int32)
     for row, matcher in enumerate(matchers):
-        if matcher is None:
-            continue
-        allowed = torch.from_numpy(np.ascontiguousarray(matcher.next_token_mask()))
-        width = min(len(allowed), logits.shape[-1])
-        logits[row, :width].masked_fill_(~allowed[:width], float("-inf"))
-        if logits.shape[-1] > width:
-            logits[row, width:] = float("-inf")
+        if matcher is not None:
+            matcher.fill_next_token_bitmask(bitmask, row)
+    return bitmask
+
+
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+    """Set to -inf, for all rows in one call, the logits whose bit in `bitmask` is 0."""
+    if logits.is_cuda:
+        from kernels import apply_token_bitmask_inplace
+
+        apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True))
+    else:
+        from kernels import apply_token_bitmask_inplace_ref
+
+        apply_token_bitmask_inplace_ref(logits, bitmask)

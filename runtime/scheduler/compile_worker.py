@@ -44,13 +44,15 @@ class CompileWorker:
         spec,
         timeout: float | None = None,
         cancel: threading.Event | None = None,
+        options: dict | None = None,
     ):
-        """The Machine of a constraint (`kind` is json_schema, regex or ebnf). The grammar's
+        """The Machine of a constraint (`kind` and `options` as grammars.build_machine takes
+        them). The grammar's
         own errors come back as GrammarError; CompileTimeout / CompileCancelled when stopped."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             conn = self._connection()
-            conn.send((kind, spec, timeout))
+            conn.send((kind, spec, timeout, options or {}))
             while not conn.poll(POLL_SECONDS):
                 if cancel is not None and cancel.is_set():
                     self._stop()
@@ -109,12 +111,12 @@ def _serve(conn: Connection) -> None:
 
     while True:
         try:
-            kind, spec, timeout = conn.recv()
+            kind, spec, timeout, options = conn.recv()
         except (EOFError, OSError):
             return
         try:
             # the budget only backs up the parent's clock: the parent ends us on time anyway
-            machine = build_machine(kind, spec, budget=CompileBudget(timeout=timeout))
+            machine = build_machine(kind, spec, budget=CompileBudget(timeout=timeout), **options)
             reply = ("ok", machine)
         except GrammarError as exc:
             reply = ("error", str(exc))

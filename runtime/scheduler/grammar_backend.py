@@ -1,5 +1,6 @@
-"""Constrained decoding: sampling_params json_schema / regex / ebnf compiled with the grammars
-package, one matcher per request (the sampler applies their masks to the logits)."""
+"""Constrained decoding: sampling_params json_schema / regex / ebnf / structural_tag compiled
+with the grammars package, one matcher per request (the sampler applies their masks to the
+logits)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,16 @@ from runtime.sampling.params import CONSTRAINT_FIELDS, SamplingParams
 from runtime.scheduler.compile_worker import CompileTimeout, CompileWorker
 
 MAX_CONSTRAINT_BYTES = 4 << 20  # the text of one schema, regex or grammar
+JSON_WHITESPACE_RUN = 8  # --json-whitespace bounded: characters in one run between JSON tokens
+_JSON_KINDS = ("json_schema", "structural_tag")
+
+
+def json_options(mode: str) -> dict:
+    """compile_json_schema / compile_structural_tag options of a --json-whitespace mode."""
+    return {
+        "any_whitespace": mode != "compact",
+        "max_whitespace_cnt": JSON_WHITESPACE_RUN if mode == "bounded" else None,
+    }
 
 
 class GrammarBackend:
@@ -20,9 +31,10 @@ class GrammarBackend:
 
     CACHE_SIZE = 64
 
-    def __init__(self, tokenizer, vocab_size: int | None = None):
+    def __init__(self, tokenizer, vocab_size: int | None = None, json_whitespace="bounded"):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
+        self.json_options = json_options(json_whitespace)
         self._compiler = None
         self._cache: OrderedDict[tuple[str, str], object] = OrderedDict()
         self._cache_lock = threading.Lock()
@@ -62,7 +74,8 @@ class GrammarBackend:
                 self._cache.move_to_end(key)
                 return grammar
         try:
-            machine = self.worker.build(field, text, timeout, cancel)
+            options = self.json_options if field in _JSON_KINDS else {}
+            machine = self.worker.build(field, text, timeout, cancel, options)
         except CompileTimeout as exc:
             raise ValueError(
                 f"sampling_params.{field}: {exc} (--grammar-compile-timeout)"

@@ -130,6 +130,9 @@ class SchedulerLoop:
 
     def _output(self, req: Req) -> ReqOutput:
         start = self.sent.get(req.rid, 0)
+        if req.rewound_to is not None:  # a jump-forward retokenized tokens already sent
+            start = min(start, req.rewound_to)
+            req.rewound_to = None
         sp = req.sampling_params
         reason = req.finished_reason
         failed = reason is not None and reason.status is not None
@@ -140,6 +143,8 @@ class SchedulerLoop:
             prompt_tokens=len(req.origin_input_ids),
             completion_tokens=len(req.output_ids),
             cached_tokens=req.cached_tokens,
+            output_offset=start,
+            jump_forward_tokens=req.jump_forward_tokens,
             stop_strings=sp.stop,
             skip_special_tokens=sp.skip_special_tokens,
             no_stop_trim=sp.no_stop_trim,

@@ -65,6 +65,8 @@ class Req:
         self.grammar = None  # a grammars.GrammarMatcher when the output is constrained
         self.grammar_future = None  # its compilation, while that runs in a worker thread
         self.grammar_cancel = None  # a threading.Event that stops that compilation
+        self.jump_forward_tokens = 0  # output tokens appended by jump-forward, not decoded
+        self.rewound_to: int | None = None  # first output position a jump replaced, until sent
         self.generator = (
             torch.Generator().manual_seed(sampling_params.seed)
             if sampling_params.seed is not None

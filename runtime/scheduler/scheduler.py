@@ -12,7 +12,7 @@ import logging
 import random
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import torch
@@ -23,8 +23,9 @@ from runtime.faults import inject
 from runtime.model.attention.base import ForwardBatch
 from runtime.model.loader import load_tokenizer
 from runtime.model.runner import ModelRunner
-from runtime.sampling.sampler import prompt_logprobs, sample
+from runtime.sampling.sampler import fill_grammar_bitmask, prompt_logprobs, sample
 from runtime.scheduler.grammar_backend import GrammarBackend
+from runtime.scheduler.jump_forward import jump_forward
 from runtime.scheduler.policy import match_len_limit, order_waiting
 from runtime.scheduler.req import FinishReason, Req
 from runtime.server_args import ServerArgs
@@ -66,6 +67,8 @@ class SchedulerStats:
     aborted_requests: int = 0
     retractions: int = 0
     evicted_tokens: int = 0
+    jump_forward_tokens: int = 0  # output tokens appended by jump-forward instead of decoded
+    jump_forwards: int = 0
 
 
 class Scheduler:
@@ -80,8 +83,10 @@ class Scheduler:
         if self.tokenizer.eos_token_id is not None:
             self.eos_ids.add(self.tokenizer.eos_token_id)
         self.context_length = self.runner.context_length
-        self.grammars = GrammarBackend(self.tokenizer, self.vocab_size)
+        self.grammars = GrammarBackend(self.tokenizer, self.vocab_size, args.json_whitespace)
         self._grammar_pool: ThreadPoolExecutor | None = None
+        self._mask_pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-mask")
+        self.mask_words = (self.vocab_size + 31) // 32
         self.kv_pool = self.runner.kv_pool
         self.req_to_token_pool = self.runner.req_to_token_pool
         cache_cls = NoPrefixCache if args.disable_radix_cache else RadixCache
@@ -168,6 +173,7 @@ class Scheduler:
                 continue
             if grammar is not None:
                 req.grammar = grammar.matcher()
+                self._jump_forward(req)  # the opening the grammar forces, e.g. `{"name": "`
         for req in failed:
             self.waiting.remove(req)
         return failed
@@ -229,17 +235,24 @@ class Scheduler:
                 wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
             return failed
         batch = self._build_batch(plan)
+        # constrained rows' masks are filled while the forward pass runs
+        matchers = [p.req.grammar for p in plan if p.sample_row is not None]
+        bitmask = None
+        if any(m is not None for m in matchers):
+            bitmask = self._mask_pool.submit(fill_grammar_bitmask, matchers, self.mask_words)
         try:
             logits = self.runner.forward(batch)
         except Exception as exc:  # fail this step's requests, keep serving the others
             logger.exception("a forward pass failed")
+            if bitmask is not None:
+                wait([bitmask])  # the matchers must not change under the mask thread
             self.kv_pool.free(batch.out_cache_loc)
             for p in plan:
                 p.req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
                 self._retire(p.req)
             return failed + [p.req for p in plan]
         self.stats.forward_steps += 1
-        return failed + self._process(plan, logits)
+        return failed + self._process(plan, logits, bitmask)
 
     # ---- admission ---------------------------------------------------------------------------
     def _future_tokens(self, req: Req) -> float:
@@ -397,7 +410,9 @@ class Scheduler:
             logit_rows=torch.tensor(logit_rows, dtype=torch.int64),
         )
 
-    def _process(self, plan: list[_Planned], logits: torch.Tensor) -> list[Req]:
+    def _process(
+        self, plan: list[_Planned], logits: torch.Tensor, bitmask: Future | None = None
+    ) -> list[Req]:
         now = time.perf_counter()
         touched = []
         for p in plan:
@@ -412,7 +427,7 @@ class Scheduler:
                 p.req.input_token_logprobs.extend(zip(chosen, p.logprob_targets))
                 p.req.input_top_logprobs.extend(top if top is not None else [None] * len(chosen))
         sampling = [p for p in plan if p.sample_row is not None]
-        for p, (token, logprob, top) in self._sample(sampling, logits):
+        for p, (token, logprob, top) in self._sample(sampling, logits, bitmask):
             req = p.req
             if token is None:  # sampling failed for this request alone
                 touched.append(req)
@@ -428,6 +443,8 @@ class Scheduler:
             self.stats.generated_tokens += 1
             if not req.finished:
                 self._check_finished(req)
+            if not req.finished:
+                self._jump_forward(req)
             touched.append(req)
         for p in plan:
             req = p.req
@@ -441,14 +458,15 @@ class Scheduler:
                 self.cache.cache_unfinished_req(req)  # share the new prefix right away
         return touched
 
-    def _sample(self, sampling: list[_Planned], logits: torch.Tensor):
+    def _sample(self, sampling: list[_Planned], logits: torch.Tensor, bitmask=None):
         """(planned, (token, logprob, top logprobs)) per sampling request. The batch samples in
-        one call; if that fails, each request samples alone and those that still fail end with
-        an internal error (token None) instead of taking the batch down."""
+        one call, with the grammar bitmask filled during the forward pass (a Future); if that
+        fails, each request samples alone (filling its own mask) and those that still fail end
+        with an internal error (token None) instead of taking the batch down."""
         if not sampling:
             return []
         try:
-            return list(zip(sampling, self._sample_rows(sampling, logits)))
+            return list(zip(sampling, self._sample_rows(sampling, logits, bitmask)))
         except Exception:
             if len(sampling) == 1:
                 p = sampling[0]
@@ -457,12 +475,16 @@ class Scheduler:
                 return [(p, (None, None, None))]
             return [pair for p in sampling for pair in self._sample([p], logits)]
 
-    def _sample_rows(self, sampling: list[_Planned], logits: torch.Tensor) -> list[tuple]:
+    def _sample_rows(self, sampling: list[_Planned], logits: torch.Tensor, bitmask) -> list:
         reqs = [p.req for p in sampling]
         for req in reqs:
             inject("sampling", req.rid)
+        if isinstance(bitmask, Future):
+            bitmask = bitmask.result()
+        elif bitmask is None:
+            bitmask = fill_grammar_bitmask([r.grammar for r in reqs], self.mask_words)
         rows = torch.tensor([p.sample_row for p in sampling])
-        out = sample(logits[rows], reqs, self.eos_ids, [r.grammar for r in reqs])
+        out = sample(logits[rows], reqs, self.eos_ids, bitmask)
         return [
             (
                 out.next_ids[i],
@@ -485,6 +507,46 @@ class Scheduler:
             req.finished_reason = FinishReason(
                 "abort", message="the grammar refused the sampled token"
             )
+
+    # ---- jump-forward ------------------------------------------------------------------------
+    def _jump_forward(self, req: Req) -> None:
+        """Append the text the request's grammar forces (runtime.scheduler.jump_forward); the
+        KV of output tokens the jump replaced is released, and the next step extends."""
+        if self.args.disable_jump_forward or req.grammar is None or req.return_logprob:
+            return
+        prompt_len = len(req.origin_input_ids)
+        limit = min(req.sampling_params.max_new_tokens, self.context_length - prompt_len)
+        try:
+            jump = jump_forward(req, self.tokenizer, limit)
+        except Exception:  # a jump is an optimisation: decode token by token instead
+            logger.exception("jump-forward failed for %s", req.rid)
+            return
+        if jump is None:
+            return
+        self._truncate_kv(req, prompt_len + jump.keep)
+        req.rewound_to = jump.keep if req.rewound_to is None else min(req.rewound_to, jump.keep)
+        req.jump_forward_tokens += jump.added
+        self.stats.jump_forward_tokens += jump.added
+        self.stats.jump_forwards += 1
+        self._check_finished(req)
+
+    def _truncate_kv(self, req: Req, keep: int) -> None:
+        """Forget the KV of all_ids[keep:]: slots the request owns go back to the pool; a
+        shared prefix it locked past `keep` stays in the cache, locked only up to `keep`."""
+        if keep >= req.kv_len or req.req_pool_idx is None:
+            return
+        table = self.req_to_token_pool.req_to_token
+        if keep < req.prefix_len:
+            slots, node = self.cache.match_prefix(req.all_ids[:keep])
+            self.cache.lock(node)
+            self.cache.unlock(req.last_node)
+            table[req.req_pool_idx, : len(slots)] = slots.to(torch.int32)
+            own_from = req.prefix_len
+            req.last_node, req.prefix_len = node, len(slots)
+        else:
+            own_from = keep
+        self.kv_pool.free(table[req.req_pool_idx, own_from : req.kv_len].long())
+        req.kv_len = keep
 
     def _check_finished(self, req: Req) -> None:
         sp, last = req.sampling_params, req.output_ids[-1]

@@ -54,6 +54,11 @@ class ServerMetrics:
             "retractions": Gauge(
                 "radixgen_retractions", "Requests retracted for lack of KV memory", registry=r
             ),
+            "jump_forward_tokens": Gauge(
+                "radixgen_jump_forward_tokens",
+                "Output tokens a grammar forced, appended without decoding",
+                registry=r,
+            ),
             "aborted_requests": Gauge(
                 "radixgen_scheduler_aborted_requests",
                 "Requests aborted in the scheduler",

@@ -310,15 +310,19 @@ class TokenizerManager:
                 self.abort(state.rid)
                 out.finish_reason = {"type": "abort", "message": out.error}
         state.text += item.text_delta
+        before = len(state.output_ids)
+        if 0 <= out.output_offset < before:  # a jump-forward replaced tokens already received
+            del state.output_ids[out.output_offset :]
         state.output_ids.extend(out.new_ids)
-        if out.new_ids:
+        grown = len(state.output_ids) - before
+        if grown > 0:
             if state.first_token_at is None:
                 state.first_token_at = now
                 self.metrics.ttft.observe(now - state.created)
             elif state.last_token_at is not None:
-                self.metrics.itl.observe((now - state.last_token_at) / len(out.new_ids))
+                self.metrics.itl.observe((now - state.last_token_at) / grown)
             state.last_token_at = now
-            self.metrics.generation_tokens.inc(len(out.new_ids))
+            self.metrics.generation_tokens.inc(grown)
         if state.result is None:
             state.result = GenerationResult(
                 rid=state.rid,
@@ -333,6 +337,7 @@ class TokenizerManager:
         res = state.result
         res.text, res.output_ids = state.text, state.output_ids
         res.cached_tokens = out.cached_tokens
+        res.jump_forward_tokens = out.jump_forward_tokens
         res.output_token_logprobs += out.output_token_logprobs
         res.output_top_logprobs += out.output_top_logprobs
         if out.input_token_logprobs is not None:

@@ -39,3 +39,21 @@ def test_matched_stop_token_is_trimmed_unless_asked(tokenizer):
     kept = IncrementalDecoder(tokenizer, no_stop_trim=True)
     kept.ids = list(ids)
     assert kept.final_text({"type": "stop", "matched": ids[-1]}) == "one two three"
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_a_replaced_tail_keeps_the_streamed_text_a_prefix(tokenizer, cut):
+    """Jump-forward sends retokenized ids from an earlier offset; the deltas still add up to
+    the final text, and nothing shown is taken back."""
+    old = tokenizer.encode(" B", add_special_tokens=False)
+    final = "Hi there, Bob is héllo here"
+    dec = IncrementalDecoder(tokenizer)
+    start = tokenizer.encode("Hi there,", add_special_tokens=False)
+    shown = "".join(dec.push([t]) for t in start + old)
+    new_ids = tokenizer.encode(final, add_special_tokens=False)
+    keep = len(start) - cut + 1 if cut > 1 else len(start)
+    assert new_ids[:keep] == (start + old)[:keep]
+    shown += dec.push(new_ids[keep:], None, keep)
+    shown += dec.push([], {"type": "length", "length": len(new_ids)})
+    assert shown == final
+    assert dec.ids == new_ids
