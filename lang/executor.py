@@ -62,6 +62,7 @@ class StreamExecutor:
         self.fork_start_text_pos: int | None = None
         self.error_: BaseException | None = None
         self.is_finished = False
+        self.program_thread: threading.Thread | None = None  # runs a streaming program
 
         self._pending: set[str | None] = set()  # names submitted but not yet set
         self._changed = threading.Condition()  # notified on every text or variable change
@@ -80,8 +81,15 @@ class StreamExecutor:
         self._queue.put(expr)
 
     def sync(self) -> None:
-        """Wait until everything submitted so far has run."""
+        """Wait until everything submitted so far has run (for a streaming program read from
+        another thread: until the program has returned and its expressions have run)."""
+        self._join_program()
         self._queue.join()
+
+    def _join_program(self) -> None:
+        thread = self.program_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def end(self) -> None:
         """Stop the worker once the queue is drained (idempotent)."""
@@ -147,7 +155,7 @@ class StreamExecutor:
         state finishes (used by streaming)."""
 
         def changed() -> bool:
-            if self.is_finished or (name is not None and name not in self._pending):
+            if self.is_finished or (name is not None and self.is_done(name)):
                 return True
             current = self.text_ if name is None else self.variables.get(name)
             return isinstance(current, str) and len(current) > seen
@@ -157,11 +165,13 @@ class StreamExecutor:
 
     def is_done(self, name: str) -> bool:
         """Whether variable `name` has its final value (or can no longer get one)."""
-        return name not in self._pending or self.is_finished
+        return self.is_finished or (name in self.variables and name not in self._pending)
 
     # ---- the worker ----
 
     def _wait_for(self, name: str | None) -> None:
+        if name not in self._pending and name not in self.variables:
+            self._join_program()  # a streaming program may not have reached it yet
         with self._changed:
             self._changed.wait_for(lambda: name not in self._pending or self.error_ is not None)
         if name in self._pending:

@@ -154,7 +154,10 @@ def run_program(
             executor.end()
 
     if stream:
-        threading.Thread(target=_logged(body), name="sgl-program", daemon=True).start()
+        executor.program_thread = threading.Thread(
+            target=_logged(body), name="sgl-program", daemon=True
+        )
+        executor.program_thread.start()
         return state
     try:
         body()

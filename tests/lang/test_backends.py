@@ -1,8 +1,6 @@
-"""The OpenAI backend against our own /v1, and `sgl.Runtime` starting and stopping a server."""
+"""The OpenAI backend against our own /v1."""
 
 import json
-import socket
-from urllib.parse import urlparse
 
 import pytest
 
@@ -81,15 +79,3 @@ def test_openai_backend_names_what_it_cannot_do(openai_backend):
     )
     with pytest.raises(sgl.UnsupportedFeatureError, match="logprobs"):
         choose.run(method=sgl.greedy_token_selection, backend=openai_backend)
-
-
-def test_runtime_serves_and_shuts_down(runtime):
-    assert runtime.get_server_info()["server_args"]["model_path"] == "smollm2"
-    state = chat.run(question="Say hi.", backend=runtime, max_new_tokens=2)
-    assert state.get_meta_info("answer")["completion_tokens"] <= 2
-    address = urlparse(runtime.url)
-    runtime.shutdown()
-    assert runtime.process is None
-    with pytest.raises(OSError), socket.create_connection((address.hostname, address.port), 2):
-        pass
-    runtime.shutdown()  # a second call does nothing

@@ -23,8 +23,8 @@ def react():
 
 
 def test_react_agent_tool_calls_follow_the_schema_and_the_tool_computes(backend, react):
-    state = react.main(backend.base_url, "What is 17 * 23?", max_steps=2)
-    calls = [json.loads(state[f"call_{i}"]) for i in range(2) if f"call_{i}" in state]
+    state = react.main(backend.base_url, "What is 17 * 23?", max_steps=1)
+    calls = [json.loads(state["call_0"])]
     assert calls, state.text()
     for call in calls:
         jsonschema.validate(call, react.TOOL_CALL)
