@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 CALL_BEGIN, CALL_END = "<tool_call>", "</tool_call>"
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_TOOLS = 128
+MAX_PARAMETERS_DEPTH = 256  # JSON levels; deeper would overflow the recursion of json.dumps
 TOOL_KEYS = {"type", "function"}
 FUNCTION_KEYS = {"name", "description", "parameters", "strict"}
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
@@ -50,6 +51,7 @@ _DATA_KEYWORDS = ("const", "enum", "default", "examples")
 # keywords whose value maps names (which may be any string, "const" too) to schemas
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _DECODER = json.JSONDecoder()
+JSON_ERRORS = (ValueError, RecursionError)  # what decoding text that is not (sane) JSON raises
 
 
 def has_structural_tag() -> bool:
@@ -133,7 +135,27 @@ def _parse_tool(i: int, tool) -> Tool:
             f'"type": "object", got {short_repr(parameters)}',
             "tools",
         )
+    if json_depth(parameters) > MAX_PARAMETERS_DEPTH:
+        raise BadRequest(
+            f"{where}.function.parameters ({name!r}) nest more than {MAX_PARAMETERS_DEPTH} "
+            "levels deep",
+            "tools",
+        )
     return Tool(name, description, parameters)
+
+
+def json_depth(value) -> int:
+    """How deeply objects and arrays nest in `value` (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_PARAMETERS_DEPTH:
+                stack.extend(
+                    (v, depth + 1) for v in (value.values() if isinstance(value, dict) else value)
+                )
+    return deepest
 
 
 def _choice_name(tool_choice) -> str | None:
@@ -260,9 +282,11 @@ class ToolSpec:
         if isinstance(arguments, str):  # some models write the arguments as a JSON string
             try:
                 arguments = json.loads(arguments)
-            except ValueError:
+            except JSON_ERRORS:
                 return None
         if not isinstance(arguments, dict) or name not in {t.name for t in self.tools}:
+            return None
+        if json_depth(arguments) > MAX_PARAMETERS_DEPTH:  # too deep to write back as JSON
             return None
         return name, json.dumps(arguments, ensure_ascii=False)
 
@@ -270,7 +294,7 @@ class ToolSpec:
         if not self.as_list:
             try:
                 call = self._call(json.loads(text))
-            except ValueError:
+            except JSON_ERRORS:
                 call = None
             if call is not None:
                 return ParsedOutput(None, [call])
@@ -284,7 +308,7 @@ class ToolSpec:
                     pos = _skip_space(text, pos + 1)
                 try:
                     value, pos = _DECODER.raw_decode(text, pos)
-                except ValueError:
+                except JSON_ERRORS:
                     break
                 call = self._call(value)
                 if call is None:
@@ -329,7 +353,7 @@ class ToolSpec:
         pos = _skip_space(text, pos)
         try:
             value, end = _DECODER.raw_decode(text, pos)
-        except ValueError:
+        except JSON_ERRORS:
             if final or CALL_END in text[pos:]:
                 return None, pos
             return None

@@ -22,7 +22,15 @@ import logging
 from dataclasses import dataclass
 
 from runtime.server.tokenizer_manager import BadRequest
-from runtime.server.tool_calls import CALL_BEGIN, CALL_END, ToolCall, ToolSpec
+from runtime.server.tool_calls import (
+    CALL_BEGIN,
+    CALL_END,
+    JSON_ERRORS,
+    MAX_PARAMETERS_DEPTH,
+    ToolCall,
+    ToolSpec,
+    json_depth,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +104,11 @@ def _arguments(call: ToolCall):
     """The arguments as an object, as templates expect them (the text if it is not one)."""
     try:
         value = json.loads(call.arguments)
-    except ValueError:
+    except JSON_ERRORS:
         return call.arguments
-    return value if isinstance(value, dict) else call.arguments
+    if not isinstance(value, dict) or json_depth(value) > MAX_PARAMETERS_DEPTH:
+        return call.arguments
+    return value
 
 
 def call_text(call: ToolCall) -> str:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from runtime.model.loader import load_tokenizer
 from runtime.server.tokenizer_manager import BadRequest
 from runtime.server.tool_calls import ToolCall, ToolCallStream, ToolSpec
-from runtime.server.tool_prompt import TemplateSupport, render_messages
+from runtime.server.tool_prompt import TemplateSupport, call_text, render_messages
 
 ADD = {
     "type": "function",
@@ -40,6 +40,9 @@ ECHO = {  # a property named like a keyword, and data that looks like a referenc
     },
 }
 TOOLS = [ADD, ECHO]
+DEEP = {"type": "object"}
+for _ in range(990):
+    DEEP = {"type": "object", "properties": {"x": DEEP}}
 
 
 def spec(choice="auto", parallel=None) -> ToolSpec:
@@ -67,6 +70,7 @@ def test_none_and_absent_tools_give_no_spec():
         (TOOLS, {"type": "function", "name": "add"}, "tool_choice"),
         (TOOLS, "any", "tool_choice"),
         (None, "auto", "tool_choice"),
+        ([{"type": "function", "function": {"name": "f", "parameters": DEEP}}], "auto", "tools"),
     ],
 )
 def test_bad_definitions_name_the_field(tools, choice, field):
@@ -145,6 +149,16 @@ def test_json_calls_are_parsed():
     cut = spec("required").parse_output(f"[{one}, {one[:9]}")
     assert len(cut.calls) == 1 and cut.content is None
     assert spec("required").parse_output("[").calls == []
+
+
+def test_json_too_deep_to_handle_is_text():
+    deep = "[" * 100_000
+    assert spec().parse_output(f"<tool_call>{deep}</tool_call>").calls == []
+    assert spec("required", False).parse_output(deep).calls == []
+    arguments = '{"a": ' * 950 + "1" + "}" * 950
+    call = f'<tool_call>{{"name": "add", "arguments": {arguments}}}</tool_call>'
+    assert spec().parse_output(call).calls == []
+    assert call_text(ToolCall("c", "add", deep)).startswith('<tool_call>{"name": "add", "argu')
 
 
 def replay(s: ToolSpec, text: str, cuts: list[int]) -> tuple[str | None, list[tuple[str, str]]]:
