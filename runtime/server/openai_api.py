@@ -413,7 +413,7 @@ class OpenAIServing:
         except RequestRejected as e:
             message = str(e)
             if spec is not None and "sampling_params." in message:
-                raise await self._bad_tool(spec, prompt, message) from None
+                raise await self._bad_tool(spec, prompt, message, is_disconnected) from None
             if "sampling_params.json_schema" not in message:
                 raise
             raise BadRequest(
@@ -452,21 +452,26 @@ class OpenAIServing:
             "usage": usage(results),
         }
 
-    async def _bad_tool(self, spec: ToolSpec, prompt: list[int], message: str) -> BadRequest:
-        """The error for a tool-call grammar the scheduler refused: compiles each tool's
-        parameters alone (one token-free probe per tool) to name the tool at fault."""
-        probes = []
-        for tool in spec.tools:
-            params = SamplingParams(max_new_tokens=0, json_schema=tool.parameters)
-            probes.append(self.tm.submit(f"probe-{uuid.uuid4().hex}", prompt[:1], params))
-        outcomes = await asyncio.gather(
-            *(self.tm.wait_result(p) for p in probes), return_exceptions=True
-        )
-        for tool, outcome in zip(spec.tools, outcomes):
-            if isinstance(outcome, RequestRejected) and "sampling_params." in str(outcome):
-                reason = str(outcome).split(": ", 1)[-1]
-                return BadRequest(f"tools: the parameters of {tool.name!r}: {reason}", "tools")
+    async def _bad_tool(
+        self, spec: ToolSpec, prompt: list[int], message: str, is_disconnected
+    ) -> BadRequest:
+        """The error for a tool-call grammar the scheduler refused, naming the tool at fault:
+        compiles each tool's parameters alone (a probe that generates nothing), in the order
+        the grammar has them, up to the first that fails. A grammar that took too long is not
+        probed (each probe could take as long again)."""
         reason = message.split(": ", 1)[-1]
+        if "--grammar-compile-timeout" not in message:
+            for tool in spec.tools:
+                params = SamplingParams(max_new_tokens=0, json_schema=tool.parameters)
+                probe = self.tm.submit(f"probe-{uuid.uuid4().hex}", prompt[:1], params)
+                try:
+                    await self.tm.wait_result(probe, is_disconnected)
+                except RequestRejected as e:
+                    if "sampling_params." in str(e):
+                        reason = str(e).split(": ", 1)[-1]
+                        return BadRequest(
+                            f"tools: the parameters of {tool.name!r}: {reason}", "tools"
+                        )
         return BadRequest(f"tools: the grammar of the tool calls: {reason}", "tools")
 
     def _chat_logprobs(self, pairs, tops) -> list[dict]:
