@@ -8,11 +8,10 @@ How each `tool_choice` is served:
   `{"name": <one tool>, "arguments": <that tool's parameters>}`, an anyOf over the tools; with
   `parallel_tool_calls` (the default) to a JSON array of one or more such objects.
 - a named function: the same object, for that tool only.
-- `auto`: the model writes text, or opens a call with the trigger `<tool_call>`; with the
-  `structural_tag` sampling parameter (when the runtime has it) everything from the trigger to
-  `</tool_call>` is constrained to `<tool_call>{"name": <tool>, "arguments": <its
-  parameters>}</tool_call>`. Without it, the output is only parsed: a `<tool_call>` block whose
-  JSON names a tool becomes a call, anything else stays text.
+- `auto`: the model writes text, or opens a call with the trigger `<tool_call>`; the
+  `structural_tag` sampling parameter constrains everything from the trigger to
+  `</tool_call>` to `<tool_call>{"name": <tool>, "arguments": <its parameters>}</tool_call>`.
+  A `<tool_call>` block whose JSON names a tool becomes a call; anything else stays text.
 
 The same text is parsed for streamed and for whole responses (`parse_output`), so a stream's
 deltas add up to the whole response. The prompt side (the chat template, or a system-prompt
@@ -27,14 +26,13 @@ text as `ToolSpec.parse_output` does.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import re
 import uuid
 from dataclasses import dataclass
 
-from runtime.sampling.params import SamplingParams, short_repr
+from runtime.sampling.params import short_repr
 from runtime.server.tokenizer_manager import BadRequest
 
 logger = logging.getLogger(__name__)
@@ -52,11 +50,6 @@ _DATA_KEYWORDS = ("const", "enum", "default", "examples")
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _DECODER = json.JSONDecoder()
 JSON_ERRORS = (ValueError, RecursionError)  # what decoding text that is not (sane) JSON raises
-
-
-def has_structural_tag() -> bool:
-    """Whether the runtime's sampling parameters take a `structural_tag` (auto's grammar)."""
-    return any(f.name == "structural_tag" for f in dataclasses.fields(SamplingParams))
 
 
 def new_call_id() -> str:
@@ -235,9 +228,7 @@ class ToolSpec:
         """The sampling parameters (field -> value) that keep the output a valid call."""
         if self.constrains_json:
             return {"json_schema": self.calls_schema()}
-        if has_structural_tag():
-            return {"structural_tag": self.structural_tag()}
-        return {}
+        return {"structural_tag": self.structural_tag()}
 
     def calls_schema(self) -> dict:
         """The JSON schema of required / named output: one call, or a list of them."""

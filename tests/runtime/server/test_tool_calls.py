@@ -7,7 +7,6 @@ tool's schema with jsonschema. One server serves the module.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -18,7 +17,6 @@ import jsonschema
 import pytest
 
 from examples.tool_calls import TOOLS as EXAMPLE_TOOLS
-from runtime.server_args import ServerArgs
 from tests.runtime.server_helpers import SharedServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -64,18 +62,11 @@ EARLIER_CALL = [
 ]
 
 
-# compact JSON (", " and ": ") where the server offers it: the small model otherwise spends
-# tokens on whitespace between JSON tokens
-COMPACT = (
-    ("--json-whitespace", "compact")
-    if "json_whitespace" in {f.name for f in dataclasses.fields(ServerArgs)}
-    else ()
-)
-
-
 @pytest.fixture(scope="module")
 def server():
-    s = SharedServer("--model-path", "smollm2", "--max-total-tokens", "20000", *COMPACT)
+    # compact JSON (", " and ": "): the small model otherwise spends tokens on whitespace
+    args = "--model-path smollm2 --max-total-tokens 20000 --json-whitespace compact"
+    s = SharedServer(*args.split())
     yield s.up()
     s.stop()
 
