@@ -9,6 +9,7 @@ pairs it with its vocabulary. A killed child is started again on the next compil
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from multiprocessing.connection import Connection
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.05  # how often a waiting compile looks at its deadline and cancel event
+COMPILE_NICENESS = 10
 
 
 class CompileTimeout(Exception):
@@ -107,6 +109,7 @@ def _serve(conn: Connection) -> None:
     """The child's loop: a job in, ("ok", Machine) or ("error", message) out; it ends when the
     parent's end of the pipe closes (the parent exited or was killed)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us
+    os.nice(COMPILE_NICENESS)  # on a busy CPU, forward passes come before compiles
     from grammars import CompileBudget, GrammarError, build_machine
 
     while True:

@@ -336,7 +336,7 @@ BAD = [
         {
             "model": "smollm2",
             "messages": CHAT,
-            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tools": [{"type": "function", "function": {"name": "bad name"}}],
         },
         "tools",
     ),
