@@ -79,3 +79,25 @@ def test_openai_backend_names_what_it_cannot_do(openai_backend):
     )
     with pytest.raises(sgl.UnsupportedFeatureError, match="logprobs"):
         choose.run(method=sgl.greedy_token_selection, backend=openai_backend)
+
+
+def test_openai_backend_completion_model(backend):
+    completion = sgl.OpenAI(
+        "smollm2", is_chat_model=False, base_url=backend.base_url + "/v1", api_key="unused"
+    )
+
+    @sgl.function
+    def complete(s):
+        s += "Q: What is the capital of France?\nA: The capital of France is"
+        s += sgl.gen("city", max_tokens=3, stop="\n")
+
+    state = complete.run(backend=completion, temperature=0)
+    assert "Paris" in state["city"]
+    assert state.text().endswith(state["city"])
+
+
+def test_module_level_server_helpers(backend):
+    info = sgl.get_server_info()
+    assert "stats" in info and info["server_args"]["model_path"] == "smollm2"
+    sgl.flush_cache()
+    assert sgl.get_server_info()["stats"]["tree_tokens"] == 0
