@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+import socket
+import sys
+from importlib import metadata
 
 from runtime.server_args import ServerArgs
 
@@ -11,16 +16,67 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radixgen serve",
         description="Serve a model over HTTP (native /generate and OpenAI-compatible /v1).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"radixgen {version()}")
     ServerArgs.add_cli_args(parser)
     return parser
 
 
+def version() -> str:
+    try:
+        return metadata.version("radixgen")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def check_environment(args: ServerArgs) -> None:
+    """What would otherwise fail after the model loads (or with a traceback), checked first:
+    ValueError / OSError with a message naming the option."""
+    import torch
+
+    from runtime.model.loader import resolve_model_path
+
+    cuda = torch.cuda.is_available()
+    if args.device == "cuda" and not cuda:
+        raise ValueError("--device cuda: no CUDA device is available on this machine")
+    on_cpu = args.device == "cpu" or (args.device == "auto" and not cuda)
+    if args.attention_backend == "triton" and on_cpu and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            "--attention-backend triton needs a CUDA device "
+            "(or TRITON_INTERPRET=1 to interpret the kernels on the CPU, slowly)"
+        )
+    resolve_model_path(args.model_path)  # converts a GGUF once; names a missing model
+    with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((args.host, args.port))
+        except OSError as exc:
+            raise ValueError(
+                f"--host {args.host} --port {args.port}: cannot listen there ({exc.strerror})"
+            ) from None
+
+
+def _as_flag(message: str) -> str:
+    """ServerArgs names an option by its field ("max_total_tokens ..."): say --max-total-tokens."""
+    field = message.split(" ", 1)[0]
+    if field in {f.name for f in dataclasses.fields(ServerArgs)}:
+        return "--" + field.replace("_", "-") + message[len(field) :]
+    return message
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Parse, check, serve; exits 2 on a bad option, 1 when a server process crashed."""
+    parser = build_parser()
+    namespace = parser.parse_args(argv)
+    try:
+        args = ServerArgs.from_cli(namespace)
+        check_environment(args)
+    except (ValueError, OSError) as exc:
+        parser.exit(2, f"{parser.prog}: error: {_as_flag(str(exc))}\n")
     from runtime.server.launcher import launch_server
 
-    args = ServerArgs.from_cli(build_parser().parse_args(argv))
-    launch_server(args)
+    sys.exit(launch_server(args))
 
 
 if __name__ == "__main__":

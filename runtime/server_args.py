@@ -12,6 +12,8 @@ SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 ATTENTION_BACKENDS = ("torch", "triton")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 JSON_WHITESPACE = ("bounded", "compact", "any")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 def _opt(default, help: str, **extra):
@@ -28,7 +30,7 @@ class ServerArgs:
     host: str = _opt("127.0.0.1", "Address the HTTP server listens on.")
     port: int = _opt(30000, "Port the HTTP server listens on.")
     dtype: str = _opt("auto", "Weights and activations dtype; auto picks bfloat16.", choices=DTYPES)
-    device: str = _opt("auto", "cpu or cuda; auto picks cuda when available.")
+    device: str = _opt("auto", "cpu or cuda; auto picks cuda when available.", choices=DEVICES)
     attention_backend: str | None = _opt(
         None,
         "Attention implementation (default: triton on CUDA, torch on CPU).",
@@ -52,7 +54,7 @@ class ServerArgs:
     api_key: str | None = _opt(
         None, "Require 'Authorization: Bearer KEY' on every endpoint but /health."
     )
-    log_level: str = _opt("info", "Logging level.")
+    log_level: str = _opt("info", "Logging level.", choices=LOG_LEVELS)
     max_request_bytes: int = _opt(
         16 << 20, "Largest HTTP request body in bytes; larger bodies get 413 before parsing."
     )
@@ -83,6 +85,19 @@ class ServerArgs:
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        for name, allowed in (("device", DEVICES), ("log_level", LOG_LEVELS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if not 0 < self.mem_fraction <= 1:
+            raise ValueError(f"mem_fraction must lie in (0, 1], got {self.mem_fraction}")
+        if self.chunked_prefill_size != -1 and self.chunked_prefill_size < 1:
+            raise ValueError("chunked_prefill_size must be -1 (no chunking) or at least 1")
+        if self.max_prefill_tokens < 1:
+            raise ValueError("max_prefill_tokens must be at least 1")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must lie in [0, 65535], got {self.port}")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError("context_length must be at least 2")
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
             raise ValueError("max_total_tokens must be at least 16")
         if self.max_running_requests < 1:

@@ -98,15 +98,20 @@ class ServerProcesses:
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
 
-def launch_server(args: ServerArgs) -> None:
-    """Start the children, then serve HTTP until Ctrl-C, SIGTERM, or a child's death."""
+def launch_server(args: ServerArgs) -> int:
+    """Start the children, then serve HTTP until Ctrl-C, SIGTERM, or a child's death; returns
+    the exit code: 0 after a stop, 1 when a child process died."""
     import uvicorn
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s: %(message)s")
     procs = ServerProcesses(args)
     try:
         logger.info("ipc sockets in %s", procs.ipc_dir)
-        info = procs.start()
+        try:
+            info = procs.start()
+        except RuntimeError as exc:  # the model did not load: the child said why
+            logger.error("%s", exc)
+            return 1
         metrics = ServerMetrics()
         tm = TokenizerManager(
             info["model_folder"],
@@ -129,7 +134,12 @@ def launch_server(args: ServerArgs) -> None:
         )
         server = uvicorn.Server(config)
 
+        crashed = []
+
         def on_death(name, code):
+            if server.should_exit:  # stopping anyway: the children end with us
+                return
+            crashed.append(name)
             logger.error("%s process died (exit code %s); shutting the server down", name, code)
             server.should_exit = server.force_exit = True
 
@@ -140,5 +150,6 @@ def launch_server(args: ServerArgs) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: None)
         server.run()
+        return 1 if crashed else 0
     finally:
         procs.stop()

@@ -1,5 +1,5 @@
-"""Shutdown paths: SIGTERM and Ctrl-C stop every process and remove the sockets; a crashed
-child takes the server down instead of leaving it hanging."""
+"""Shutdown paths: SIGTERM and Ctrl-C stop every process and remove the sockets (exit code 0);
+a crashed child takes the server down instead of leaving it hanging (exit code 1)."""
 
 import os
 import re
@@ -43,7 +43,8 @@ def test_signal_stops_everything_and_removes_sockets(sig):
         sockets = ipc_dir(server)
         assert os.path.isdir(sockets)
         server.proc.send_signal(sig)
-        wait_exit(server.proc)
+        assert wait_exit(server.proc) == 0  # a stop, not a crash
+        assert "process died" not in server.output()
         time.sleep(0.5)
         assert not os.path.exists(sockets)
         for kid in kids:
@@ -64,7 +65,7 @@ def test_crashed_scheduler_takes_the_server_down():
         assert scheduler
         for k in scheduler:
             os.kill(k, signal.SIGKILL)
-        wait_exit(server.proc)
+        assert wait_exit(server.proc) == 1  # a supervisor can tell a crash from a stop
         assert "process died" in server.output()
     finally:
         server.stop()
