@@ -96,6 +96,8 @@ class Engine:
         return_text_in_logprobs: bool = False,
         rid: str | list[str] | None = None,
     ) -> dict | list[dict]:
+        if self.scheduler is None:
+            raise RuntimeError("this Engine was shut down; create a new one to generate")
         batch = normalize_generate_input(self.tokenizer, prompt, input_ids, sampling_params, rid)
         reqs = [
             Req(r, p, sp, return_logprob, logprob_start_len, top_logprobs_num)
@@ -124,6 +126,8 @@ class Engine:
         return outs[0] if batch.is_single else outs
 
     def get_stats(self) -> dict:
+        if self.scheduler is None:
+            raise RuntimeError("this Engine was shut down")
         return self.scheduler.get_stats()
 
     def shutdown(self) -> None:

@@ -64,6 +64,9 @@ class ServerArgs:
     shutdown_timeout: float = _opt(
         10.0, "Seconds SIGTERM waits for requests in flight before the server exits."
     )
+    log_interval: float = _opt(
+        5.0, "Seconds between throughput log lines while requests run (0: none)."
+    )
     disable_jump_forward: bool = _opt(
         False, "Decode text a grammar forces token by token instead of appending it at once."
     )

@@ -40,6 +40,8 @@ class SchedulerLoop:
         self.streaming: set[str] = set()
         self.sent: dict[str, int] = {}  # rid -> output tokens already sent
         self.stats_sent_at = 0.0
+        self.logged_at = time.monotonic()
+        self.logged_stats = dict(self.scheduler.get_stats())
 
     def warm_up(self) -> None:
         from runtime.sampling.params import SamplingParams
@@ -56,6 +58,29 @@ class SchedulerLoop:
             if self.scheduler.has_work():
                 touched = self.scheduler.step()
                 self._send_outputs(touched)
+                interval = self.scheduler.args.log_interval
+                if interval > 0 and time.monotonic() - self.logged_at >= interval:
+                    self._log_throughput()
+
+    def _log_throughput(self) -> None:
+        """One line of what the last interval did (as SGLang's batch logs and vLLM's stats)."""
+        now, stats = time.monotonic(), self.scheduler.get_stats()
+        seconds, before = now - self.logged_at, self.logged_stats
+        computed = stats["computed_prompt_tokens"] - before["computed_prompt_tokens"]
+        cached = stats["cached_prompt_tokens"] - before["cached_prompt_tokens"]
+        logger.info(
+            "running %d, waiting %d | prefill %.1f tok/s, decode %.1f tok/s, jump-forward %d "
+            "tok | cache hit %.0f%% | KV used %.0f%% | %d retracted",
+            stats["running"],
+            stats["waiting"],
+            computed / seconds,
+            (stats["generated_tokens"] - before["generated_tokens"]) / seconds,
+            stats["jump_forward_tokens"] - before["jump_forward_tokens"],
+            100 * cached / max(cached + computed, 1),
+            100 * (1 - stats["kv_free"] / max(stats["kv_pool_size"], 1)),
+            stats["retractions"] - before["retractions"],
+        )
+        self.logged_at, self.logged_stats = now, dict(stats)
 
     def _send_batch(self, outputs: list[ReqOutput]) -> None:
         self.send.send_pyobj(BatchTokenOut(outputs, self.scheduler.get_stats()))
@@ -115,6 +140,13 @@ class SchedulerLoop:
         if msg.stream:
             self.streaming.add(msg.rid)
         self.sent[msg.rid] = 0
+        logger.debug(
+            "request %s: %d prompt tokens, max_new_tokens %d%s",
+            msg.rid,
+            len(msg.input_ids),
+            req.sampling_params.max_new_tokens,
+            ", constrained" if req.sampling_params.is_constrained else "",
+        )
         return None
 
     def _find(self, rid: str) -> Req | None:
@@ -124,7 +156,12 @@ class SchedulerLoop:
         return None
 
     def _send_outputs(self, touched: list[Req]) -> None:
-        outputs = [self._output(r) for r in touched if r.finished or r.rid in self.streaming]
+        # non-streaming requests send their first tokens too, so time-to-first-token is real
+        outputs = [
+            self._output(r)
+            for r in touched
+            if r.finished or r.rid in self.streaming or (r.output_ids and not self.sent.get(r.rid))
+        ]
         if outputs or time.monotonic() - self.stats_sent_at > STATS_INTERVAL:
             self._send_batch(outputs)
 
@@ -161,6 +198,13 @@ class SchedulerLoop:
         if req.finished:
             self.sent.pop(req.rid, None)
             self.streaming.discard(req.rid)
+            logger.debug(
+                "request %s finished (%s): %d output tokens, %d cached prompt tokens",
+                req.rid,
+                reason.type,
+                len(req.output_ids),
+                req.cached_tokens,
+            )
         return out
 
 
@@ -172,6 +216,20 @@ def run_scheduler_process(
         loop = SchedulerLoop(args, recv_path, send_path, parent_pid)
         loop.warm_up()
         sch = loop.scheduler
+        logger.info(
+            "model %s on %s (%s), context %d, KV pool %d tokens, %s, policy %s, "
+            "chunked prefill %d, jump-forward %s, JSON whitespace %s",
+            args.model_path,
+            sch.runner.device,
+            str(sch.runner.dtype).removeprefix("torch."),
+            sch.context_length,
+            sch.kv_pool.size,
+            "no prefix cache" if args.disable_radix_cache else "radix cache",
+            args.schedule_policy,
+            args.chunked_prefill_size,
+            "off" if args.disable_jump_forward else "on",
+            args.json_whitespace,
+        )
         ready.send(
             {
                 "status": "ready",
