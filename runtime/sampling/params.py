@@ -30,6 +30,18 @@ def is_valid_text(value: str) -> bool:
     return True
 
 
+MAX_LOGIT_BIAS = 1024
+
+
+def _token_key(key) -> int | None:
+    """A logit_bias key as a token id: an int, or a string of decimal digits (OpenAI's JSON)."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key if key >= 0 else None
+    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 10:
+        return int(key)
+    return None
+
+
 @dataclass
 class SamplingParams:
     """The `sampling_params` of a /generate request (SGLang's field names and defaults)."""
@@ -54,6 +66,7 @@ class SamplingParams:
     regex: str | None = None
     ebnf: str | None = None
     structural_tag: str | dict | None = None
+    logit_bias: dict | None = None  # token id (int or its decimal string) -> bias in [-100, 100]
     seed: int | None = None
 
     @classmethod
@@ -123,6 +136,23 @@ class SamplingParams:
             "a number in [-2, 2]",
         )
         check(
+            self.logit_bias is None
+            or (
+                isinstance(self.logit_bias, dict)
+                and len(self.logit_bias) <= MAX_LOGIT_BIAS
+                and all(
+                    _token_key(k) is not None
+                    and (vocab_size is None or _token_key(k) < vocab_size)
+                    and is_num(v)
+                    and -100 <= v <= 100
+                    for k, v in self.logit_bias.items()
+                )
+            ),
+            "logit_bias",
+            f"an object of at most {MAX_LOGIT_BIAS} token ids (below the vocabulary size) "
+            "to biases in [-100, 100]",
+        )
+        check(
             is_num(self.repetition_penalty) and 0 < self.repetition_penalty <= 2,
             "repetition_penalty",
             "a number in (0, 2]",
@@ -179,6 +209,10 @@ class SamplingParams:
                 f"sampling_params: only one of {', '.join(CONSTRAINT_FIELDS)} may be set, "
                 f"got {constraints}"
             )
+
+    def bias_items(self) -> list[tuple[int, float]]:
+        """logit_bias as (token id, bias) pairs."""
+        return [(_token_key(k), float(v)) for k, v in (self.logit_bias or {}).items()]
 
     @property
     def is_constrained(self) -> bool:

@@ -80,6 +80,10 @@ def sample(
             banned = set(sp.stop_token_ids) | (set() if sp.ignore_eos else eos_ids)
             if banned:
                 logits[row, list(banned)] = float("-inf")
+    for row, sp in enumerate(params):
+        if sp.logit_bias:
+            ids, biases = zip(*sp.bias_items())
+            logits[row, list(ids)] += torch.tensor(biases, dtype=logits.dtype)
     penalty_rows = [i for i, sp in enumerate(params) if sp.has_penalties]
     if penalty_rows:
         apply_penalties(logits, reqs, penalty_rows, vocab)

@@ -38,8 +38,14 @@ class _Common(BaseModel):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
+    logit_bias: dict[str, float] | None = None
+    # accepted and ignored: they ask for nothing this server does (stored completions,
+    # billing tiers, reasoning budgets, end-user ids)
     user: str | None = None
-    logit_bias: dict | None = None
+    store: bool | None = None
+    metadata: dict | None = None
+    service_tier: str | None = None
+    reasoning_effort: str | None = None
     # extensions shared with SGLang
     top_k: int | None = None
     min_p: float | None = None
@@ -67,11 +73,26 @@ class ChatCompletionRequest(_Common):
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict | None = None  # extra variables for the chat template
+    # SGLang's constraints outside response_format
+    regex: str | None = None
+    ebnf: str | None = None
+    json_schema: str | dict | None = None
+
+
+# apply_chat_template's own arguments, which chat_template_kwargs may not override
+_TEMPLATE_ARGUMENTS = {
+    "conversation",
+    "messages",
+    "tools",
+    "tokenize",
+    "add_generation_prompt",
+    "return_dict",
+    "continue_final_message",
+}
 
 
 def sampling_params(req: _Common, max_tokens: int | None, default_max: int) -> SamplingParams:
-    if req.logit_bias:
-        raise BadRequest("logit_bias is not supported", "logit_bias")
     params = {
         "max_new_tokens": default_max if max_tokens is None else max_tokens,
         "temperature": 1.0 if req.temperature is None else req.temperature,
@@ -88,6 +109,8 @@ def sampling_params(req: _Common, max_tokens: int | None, default_max: int) -> S
         "skip_special_tokens": req.skip_special_tokens,
         "seed": req.seed,
     }
+    if req.logit_bias:
+        params["logit_bias"] = req.logit_bias
     try:
         return SamplingParams.from_dict(params)
     except ValueError as e:
@@ -371,7 +394,12 @@ class OpenAIServing:
 
     def _chat_prompt(self, req: ChatCompletionRequest, spec: ToolSpec | None) -> list[int]:
         messages, tools = render_messages(self._chat_messages(req), spec, self.template_support)
-        kw = {"tools": tools} if tools else {}
+        kw = dict(req.chat_template_kwargs or {})
+        reserved = sorted(set(kw) & _TEMPLATE_ARGUMENTS)
+        if reserved:
+            raise BadRequest(f"chat_template_kwargs may not set {reserved}", "chat_template_kwargs")
+        if tools:
+            kw["tools"] = tools
         try:
             text = self.tm.tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=True, **kw
@@ -397,6 +425,14 @@ class OpenAIServing:
         self.tm.check_prompt(prompt, "messages")
         params = sampling_params(req, max_tokens, max(self.tm.context_length - len(prompt) - 1, 1))
         params.json_schema = schema  # compiled by the scheduler, which names the field if bad
+        extras = {n: getattr(req, n) for n in ("regex", "ebnf", "json_schema") if getattr(req, n)}
+        if extras and (schema is not None or spec is not None or len(extras) > 1):
+            raise BadRequest(
+                "give one constraint: response_format, tools, regex, ebnf or json_schema",
+                next(iter(extras)),
+            )
+        for name, value in extras.items():
+            setattr(params, name, value)
         for name, value in (spec.constraint() if spec else {}).items():
             setattr(params, name, value)
         if req.top_logprobs and not req.logprobs:

@@ -124,6 +124,13 @@ VALID_SAMPLING = {
     "regex": st.just("[a-z]{1,3}"),
     "json_schema": st.just('{"type": "integer"}'),
     "ebnf": st.just('start: "yes" | "no"'),
+    "structural_tag": st.just(
+        {
+            "structures": [{"begin": "<a>", "schema": {"type": "integer"}, "end": "</a>"}],
+            "triggers": ["<a>"],
+        }
+    ),
+    "logit_bias": st.dictionaries(st.integers(0, 49151).map(str), st.floats(-100, 100), max_size=3),
 }
 VALID_GENERATE = {
     "return_logprob": st.booleans(),
@@ -182,7 +189,7 @@ def spoil(draw, body: dict, keys: list[str]) -> None:
 @st.composite
 def generate_bodies(draw) -> dict:
     params = draw(st.fixed_dictionaries({}, optional=VALID_SAMPLING))
-    constraints = [k for k in ("regex", "json_schema", "ebnf") if k in params]
+    constraints = [k for k in ("regex", "json_schema", "ebnf", "structural_tag") if k in params]
     for extra in constraints[1:]:  # one constraint at a time, or the body is simply invalid
         del params[extra]
     if params.get("min_new_tokens", 0) > params.get("max_new_tokens", 2):
