@@ -233,10 +233,14 @@ def main() -> None:
     for case in cases:
         r = results[case]
         print(f"\n== {case} ==")
-        print(f"{'mode':16} {'p50 s':>7} {'steps/req':>9} {'tok/req':>8} {'tok/s':>8} {'valid':>9}")
+        print(
+            f"{'mode':16} {'p50 s':>7} {'steps/req':>9} {'tok/req':>8} {'tok/s':>8} {'valid':>9}"
+        )  # valid: finished and valid / all
         for mode in ("unconstrained", "jump_forward", "token_by_token"):
             m = r[mode]
-            valid = f"{m['finished'] - m['invalid']}/{m['outputs']}"
+            valid = (
+                f"{m['finished'] - m['invalid']}/{m['outputs']}" if mode != "unconstrained" else "-"
+            )
             print(
                 f"{mode:16} {m['latency_p50_s']:7.2f} {m['steps_per_request']:9.1f} "
                 f"{m['tokens_per_request']:8.1f} {m['throughput_tok_s']:8.1f} {valid:>9}"
