@@ -9,6 +9,7 @@ unconstrained baseline) and one with --disable-jump-forward. Every finished outp
 against its schema. Prints a table per case and ends with one JSON line.
 
     python benchmarks/bench_json.py [--concurrency 32] [--latency-runs 3]
+        [--json-whitespace bounded|compact|any] [--cases profile,extract,tool]
 """
 
 from __future__ import annotations
@@ -217,11 +218,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency-runs", type=int, default=3)
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument(
+        "--json-whitespace", default="bounded", choices=["bounded", "compact", "any"]
+    )
     args = parser.parse_args()
     cases = args.cases.split(",")
     results: dict[str, dict] = {c: {} for c in cases}
     for mode, flags in (("jump_forward", ()), ("token_by_token", ("--disable-jump-forward",))):
-        server = ServerProcess(*flags)
+        server = ServerProcess("--json-whitespace", args.json_whitespace, *flags)
         try:
             for case in cases:
                 results[case][mode] = measure(server.url, case, True, args)
@@ -229,7 +233,7 @@ def main() -> None:
                     results[case]["unconstrained"] = measure(server.url, case, False, args)
         finally:
             server.stop()
-    summary = {"concurrency": args.concurrency}
+    summary = {"concurrency": args.concurrency, "json_whitespace": args.json_whitespace}
     for case in cases:
         r = results[case]
         print(f"\n== {case} ==")
