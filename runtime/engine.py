@@ -82,6 +82,10 @@ class Engine:
     def __init__(self, **kwargs):
         self.server_args = ServerArgs(**kwargs)
         logging.basicConfig(level=self.server_args.log_level.upper())
+        if self.server_args.cpu_threads is not None:
+            import torch
+
+            torch.set_num_threads(self.server_args.cpu_threads)
         self.scheduler = Scheduler(self.server_args)
         self.tokenizer = self.scheduler.tokenizer
 

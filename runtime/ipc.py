@@ -30,6 +30,10 @@ def push_socket(ctx: zmq.Context, path: str) -> zmq.Socket:
 def child_setup(args: ServerArgs) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s: %(message)s")
+    if args.cpu_threads is not None:  # fewer threads than cores wins on a shared CPU
+        import torch
+
+        torch.set_num_threads(args.cpu_threads)
 
 
 def wait_readable(sock: zmq.Socket, parent_pid: int) -> None:

@@ -64,6 +64,9 @@ class ServerArgs:
     shutdown_timeout: float = _opt(
         10.0, "Seconds SIGTERM waits for requests in flight before the server exits."
     )
+    cpu_threads: int | None = _opt(
+        None, "Threads for the model's CPU kernels (torch.set_num_threads); default: torch's."
+    )
     log_interval: float = _opt(
         5.0, "Seconds between throughput log lines while requests run (0: none)."
     )
@@ -95,6 +98,8 @@ class ServerArgs:
             raise ValueError(f"mem_fraction must lie in (0, 1], got {self.mem_fraction}")
         if self.chunked_prefill_size != -1 and self.chunked_prefill_size < 1:
             raise ValueError("chunked_prefill_size must be -1 (no chunking) or at least 1")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ValueError("cpu_threads must be at least 1")
         if self.max_prefill_tokens < 1:
             raise ValueError("max_prefill_tokens must be at least 1")
         if not 0 <= self.port <= 65535:

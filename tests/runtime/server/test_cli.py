@@ -35,6 +35,7 @@ def serve(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--chunked-prefill-size", "0"], "--chunked-prefill-size"),
         (["--port", "70000"], "--port"),
         (["--json-whitespace", "lots"], "--json-whitespace"),
+        (["--cpu-threads", "0"], "--cpu-threads"),
     ],
 )
 def test_bad_options_exit_2_with_one_clear_line(args, flag):
