@@ -62,7 +62,11 @@ class ServerArgs:
         10.0, "Seconds a json_schema / regex / ebnf constraint may take to compile (else 400)."
     )
     shutdown_timeout: float = _opt(
-        10.0, "Seconds SIGTERM waits for requests in flight before the server exits."
+        10.0,
+        "Seconds SIGTERM waits for requests in flight; those still running then end with 503.",
+    )
+    header_read_timeout: float = _opt(
+        30.0, "Seconds a client may take to send a request's headers (else 408, closed)."
     )
     cpu_threads: int | None = _opt(
         None, "Threads for the model's CPU kernels (torch.set_num_threads); default: torch's."
@@ -120,6 +124,8 @@ class ServerArgs:
             )
         if not self.shutdown_timeout >= 0:
             raise ValueError("shutdown_timeout must be a number of seconds >= 0")
+        if not self.header_read_timeout > 0:
+            raise ValueError("header_read_timeout must be a positive number of seconds")
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ from runtime.server.tokenizer_manager import (
     BadRequest,
     ClientGone,
     RequestFailed,
+    ServerStopping,
     TokenizerManager,
     check_logprob_args,
 )
@@ -57,6 +58,7 @@ ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     413: "invalid_request_error",
+    503: "service_unavailable",
 }
 
 
@@ -203,6 +205,10 @@ def create_app(
     @app.exception_handler(RequestFailed)
     async def failed(_, e: RequestFailed):
         return error(500, str(e))
+
+    @app.exception_handler(ServerStopping)
+    async def stopping(_, e: ServerStopping):
+        return error(503, str(e))
 
     @app.exception_handler(ClientGone)
     async def client_gone(_, e: ClientGone):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import multiprocessing as mp
 import os
@@ -11,6 +12,7 @@ import tempfile
 import threading
 import time
 
+from runtime.server.connections import header_timeout_protocol
 from runtime.server.http_server import create_app
 from runtime.server.metrics import ServerMetrics
 from runtime.server.tokenizer_manager import TokenizerManager
@@ -98,6 +100,35 @@ class ServerProcesses:
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
 
+RESPONSE_GRACE = 5.0  # seconds to write the 503s after --shutdown-timeout before uvicorn cancels
+
+
+def http_server(config, tm: TokenizerManager, shutdown_timeout: float):
+    """uvicorn's server that, once a stop has waited `shutdown_timeout` seconds for requests in
+    flight, ends the ones left with 503 (streams with a last abort event), so each gets an
+    answer instead of being cancelled by uvicorn with a traceback."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            timer = asyncio.get_running_loop().call_later(shutdown_timeout, end_requests)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+
+    def end_requests() -> None:
+        message = (
+            f"the server shut down before the request finished "
+            f"(--shutdown-timeout {shutdown_timeout:g} s)"
+        )
+        ended = tm.end_all(message)
+        if ended:
+            logger.warning("%d requests still running at --shutdown-timeout: ended (503)", ended)
+
+    return Server(config)
+
+
 def launch_server(args: ServerArgs) -> int:
     """Start the children, then serve HTTP until Ctrl-C, SIGTERM, or a child's death; returns
     the exit code: 0 after a stop, 1 when a child process died."""
@@ -130,9 +161,10 @@ def launch_server(args: ServerArgs) -> int:
             port=args.port,
             log_level="warning",
             loop="uvloop",
-            timeout_graceful_shutdown=args.shutdown_timeout,
+            http=header_timeout_protocol(args.header_read_timeout),
+            timeout_graceful_shutdown=args.shutdown_timeout + RESPONSE_GRACE,
         )
-        server = uvicorn.Server(config)
+        server = http_server(config, tm, args.shutdown_timeout)
 
         crashed = []
 

@@ -50,6 +50,10 @@ class RequestFailed(RuntimeError):
     """A request broke inside the server (HTTP 500); the server itself keeps serving."""
 
 
+class ServerStopping(RequestFailed):
+    """The server shut down before the request finished (HTTP 503)."""
+
+
 class ClientGone(Exception):
     """The client disconnected before its request finished; the request was aborted."""
 
@@ -91,8 +95,25 @@ class ReqState:
     error_status: int = 400
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def start_result(self, prompt_tokens: int, cached_tokens: int) -> GenerationResult:
+        """The result, created empty by the first output (or by an early end)."""
+        if self.result is None:
+            self.result = GenerationResult(
+                rid=self.rid,
+                text="",
+                output_ids=[],
+                finish_reason=None,
+                prompt_tokens=prompt_tokens,
+                cached_tokens=cached_tokens,
+                return_logprob=self.return_logprob,
+                top_logprobs_num=self.top_logprobs_num,
+            )
+        return self.result
+
     def raise_error(self) -> None:
         if self.error is not None:
+            if self.error_status == 503:
+                raise ServerStopping(self.error)
             raise (RequestFailed if self.error_status >= 500 else RequestRejected)(self.error)
 
 
@@ -271,6 +292,21 @@ class TokenizerManager:
             self.send.send_pyobj(AbortReq(rid))
             self.metrics.aborted.inc()
 
+    def end_all(self, message: str) -> int:
+        """End every request still running with `message` (HTTP 503; a stream that started gets
+        a last event with finish reason abort), and abort them in the scheduler. Returns how
+        many there were."""
+        pending = [s for s in self.states.values() if not s.finished]
+        for state in pending:
+            self.abort(state.rid)
+            state.error, state.error_status = message, 503
+            state.start_result(state.prompt_len, 0)
+            state.result.finish_reason = {"type": "abort", "message": message}
+            state.finished = True
+            self.states.pop(state.rid, None)
+            state.changed.set()
+        return len(pending)
+
     async def flush_cache(self) -> bool:
         fut = asyncio.get_running_loop().create_future()
         self._flush_waiters.append(fut)
@@ -323,18 +359,7 @@ class TokenizerManager:
                 self.metrics.itl.observe((now - state.last_token_at) / grown)
             state.last_token_at = now
             self.metrics.generation_tokens.inc(grown)
-        if state.result is None:
-            state.result = GenerationResult(
-                rid=state.rid,
-                text="",
-                output_ids=[],
-                finish_reason=None,
-                prompt_tokens=out.prompt_tokens,
-                cached_tokens=out.cached_tokens,
-                return_logprob=state.return_logprob,
-                top_logprobs_num=state.top_logprobs_num,
-            )
-        res = state.result
+        res = state.start_result(out.prompt_tokens, out.cached_tokens)
         res.text, res.output_ids = state.text, state.output_ids
         res.cached_tokens = out.cached_tokens
         res.jump_forward_tokens = out.jump_forward_tokens

@@ -36,6 +36,7 @@ def serve(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--port", "70000"], "--port"),
         (["--json-whitespace", "lots"], "--json-whitespace"),
         (["--cpu-threads", "0"], "--cpu-threads"),
+        (["--header-read-timeout", "0"], "--header-read-timeout"),
     ],
 )
 def test_bad_options_exit_2_with_one_clear_line(args, flag):

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -32,7 +33,8 @@ SERVERS = {
     "main": ("--max-total-tokens 20000", "sampling", None),
     "guarded": ("--max-total-tokens 4096 --max-request-bytes 1000000", "admission", API_KEY),
     "compiler": (
-        "--max-total-tokens 4096 --grammar-compile-timeout 1 --shutdown-timeout 10",
+        "--max-total-tokens 4096 --grammar-compile-timeout 1 --shutdown-timeout 4 "
+        "--header-read-timeout 2",
         "grammar",
         None,
     ),
@@ -563,15 +565,57 @@ def test_plain_request_answers_while_large_grammars_compile(compiler):
     assert_alive(compiler)
 
 
+HEADER_TIMEOUT = 2  # the compiler server's --header-read-timeout
+
+
+@pytest.mark.parametrize("trickle", [False, True])
+def test_slow_headers_get_408_and_the_connection_closes(compiler, trickle):
+    """A client that never completes its headers (silent, or one byte at a time: a slowloris)
+    gets 408 and loses the connection at --header-read-timeout; others are served meanwhile."""
+    with socket.create_connection(("127.0.0.1", compiler.process.port), timeout=1) as sock:
+        opened, received = time.time(), b""
+        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        while time.time() - opened < HEADER_TIMEOUT + 10:
+            try:
+                if trickle:
+                    sock.sendall(b"X")
+                chunk = sock.recv(4096)
+            except TimeoutError:
+                assert compiler.answers()
+                continue
+            except OSError:
+                break  # reset while trickling: closed
+            if not chunk:
+                break
+            received += chunk
+        closed_after = time.time() - opened
+    assert received.startswith(b"HTTP/1.1 408"), received[:100]
+    assert HEADER_TIMEOUT - 0.5 < closed_after < HEADER_TIMEOUT + 5, closed_after
+    assert_alive(compiler)
+
+
+SHUTDOWN_TIMEOUT = 4  # the compiler server's --shutdown-timeout
+
+
 def test_sigterm_drains_and_exits_in_time_during_compiles(compiler):
-    """SIGTERM while three large compiles run and a stream is in flight: the stream finishes,
-    then the server exits within --shutdown-timeout (10 s) plus 10 s, children and sockets gone."""
+    """SIGTERM while three large compiles run, a short stream is in flight and two requests
+    would run far longer: the short stream finishes; at --shutdown-timeout the long ones end
+    with an answer (503, or a last abort event and [DONE] for the stream), not a traceback;
+    the server exits in time, children and sockets gone."""
     proc = compiler.process.proc
     kids, sockets = children(proc.pid), ipc_dir(compiler.process)
-    pool = ThreadPoolExecutor(3)
+    pool = ThreadPoolExecutor(5)
     for i in range(3):
         body = gen({"json_schema": enum_schema(BIG_ENUM, f"term{i}")})
         pool.submit(compiler.post, "/generate", body, 60)
+    endless = {"max_new_tokens": 3000, "ignore_eos": True}
+    long_plain = pool.submit(compiler.post, "/generate", gen(endless), 60)
+
+    def long_stream() -> list[str]:
+        with httpx.stream("POST", f"{compiler.url}/generate", json=gen(endless, stream=True)) as r:
+            return [line for line in r.iter_lines() if line.startswith("data: ")]
+
+    long_events = pool.submit(long_stream)
     time.sleep(0.5)  # the compiles are running
     events, signalled = [], None
     try:
@@ -590,11 +634,19 @@ def test_sigterm_drains_and_exits_in_time_during_compiles(compiler):
             proc.send_signal(signal.SIGTERM)
             signalled = time.time()
         try:
-            wait_exit(proc, timeout=10 + 10)
+            wait_exit(proc, timeout=SHUTDOWN_TIMEOUT + 15)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-    assert time.time() - signalled < 10 + 10
+    assert time.time() - signalled < SHUTDOWN_TIMEOUT + 15
     assert events[-1] == "data: [DONE]", events[-2:]
+    plain = long_plain.result(timeout=5)
+    assert plain.status_code == 503, plain.text[:300]
+    assert "--shutdown-timeout" in plain.json()["error"]["message"]
+    streamed = long_events.result(timeout=5)
+    assert streamed[-1] == "data: [DONE]", streamed[-2:]
+    last = json.loads(streamed[-2][len("data: ") :])["meta_info"]["finish_reason"]
+    assert last["type"] == "abort" and "shut down" in last["message"], last
+    assert "Traceback" not in compiler.process.output()
     time.sleep(0.5)
     assert not os.path.exists(sockets)
     running = [k for k in kids if os.path.exists(f"/proc/{k}")]
