@@ -21,7 +21,7 @@ def main() -> None:
         print(USAGE, end="")
         return
     if command == "--version":
-        from runtime.launch_server import version
+        from runtime.version import version
 
         print(f"radixgen {version()}")
         return

@@ -7,9 +7,9 @@ import dataclasses
 import os
 import socket
 import sys
-from importlib import metadata
 
 from runtime.server_args import ServerArgs
+from runtime.version import version
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,19 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def version() -> str:
-    try:
-        return metadata.version("radixgen")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def check_environment(args: ServerArgs) -> None:
     """What would otherwise fail after the model loads (or with a traceback), checked first:
     ValueError / OSError with a message naming the option."""
     import torch
 
-    from runtime.model.loader import resolve_model_path
+    from runtime.model.loader import read_chat_template, resolve_model_path, resolve_tokenizer_path
 
     cuda = torch.cuda.is_available()
     if args.device == "cuda" and not cuda:
@@ -47,6 +40,10 @@ def check_environment(args: ServerArgs) -> None:
             "(or TRITON_INTERPRET=1 to interpret the kernels on the CPU, slowly)"
         )
     resolve_model_path(args.model_path)  # converts a GGUF once; names a missing model
+    if args.tokenizer_path is not None:
+        resolve_tokenizer_path(args.tokenizer_path)
+    if args.chat_template is not None:
+        read_chat_template(args.chat_template)
     with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

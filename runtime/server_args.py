@@ -27,6 +27,15 @@ class ServerArgs:
     model_path: str = _opt(
         DEFAULT_MODEL, "Model alias (smollm2), .gguf file, or Hugging Face folder."
     )
+    tokenizer_path: str | None = _opt(
+        None, "Folder (or model path) of the tokenizer, if not the model's own."
+    )
+    chat_template: str | None = _opt(
+        None, "Chat template replacing the tokenizer's: a Jinja file, a JSON file, or the text."
+    )
+    served_model_name: str | None = _opt(
+        None, "Model name of the OpenAI API (default: the model path's base name)."
+    )
     host: str = _opt("127.0.0.1", "Address the HTTP server listens on.")
     port: int = _opt(30000, "Port the HTTP server listens on.")
     dtype: str = _opt("auto", "Weights and activations dtype; auto picks bfloat16.", choices=DTYPES)

@@ -23,6 +23,7 @@ LAYERS = [
         "runtime.detokenizer.incremental",
         "runtime.server.metrics",
         "runtime.faults",
+        "runtime.version",
     ],
     ["runtime.server_args", "runtime.scheduler.req"],
     ["runtime.messages", "runtime.ipc", "runtime.outputs", "runtime.cache", "runtime.sampling"],

@@ -18,12 +18,12 @@ logger = logging.getLogger(__name__)
 
 
 def run_detokenizer_process(
-    args: ServerArgs, model_folder: str, recv_path: str, send_path: str, parent_pid: int
+    args: ServerArgs, tokenizer_folder: str, recv_path: str, send_path: str, parent_pid: int
 ) -> None:
     from runtime.model.loader import load_tokenizer
 
     child_setup(args)
-    tokenizer = load_tokenizer(model_folder)
+    tokenizer = load_tokenizer(tokenizer_folder)
     ctx = zmq.Context()
     recv = pull_socket(ctx, recv_path)
     send = push_socket(ctx, send_path)

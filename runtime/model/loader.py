@@ -78,10 +78,49 @@ def copy_tokenizer_files(src_folder: str, dst_folder: str) -> None:
         shutil.copy(os.path.join(src_folder, name), os.path.join(dst_folder, name))
 
 
-def load_tokenizer(folder: str):
+def resolve_tokenizer_path(tokenizer_path: str) -> str:
+    """The folder of --tokenizer-path: a folder with tokenizer files, or a model path (alias,
+    GGUF file, model folder) whose tokenizer is meant."""
+    if os.path.isdir(tokenizer_path) and os.path.exists(
+        os.path.join(tokenizer_path, "tokenizer_config.json")
+    ):
+        return tokenizer_path
+    try:
+        return resolve_model_path(tokenizer_path)
+    except ModelNotFoundError as exc:
+        raise ModelNotFoundError(f"--tokenizer-path: {exc}") from None
+
+
+def read_chat_template(chat_template: str) -> str:
+    """The Jinja text of --chat-template: a file holding the template (or a JSON file with a
+    "chat_template" key, as tokenizer_config.json), or the template itself."""
+    if os.path.isfile(chat_template):
+        with open(chat_template, encoding="utf-8") as f:
+            text = f.read()
+        if chat_template.endswith(".json"):
+            import json
+
+            try:
+                text = json.loads(text)["chat_template"]
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(
+                    f"--chat-template {chat_template}: a JSON file needs a chat_template string"
+                ) from None
+        return text
+    if "{{" in chat_template or "{%" in chat_template:
+        return chat_template
+    raise ValueError(f"--chat-template {chat_template}: no such file, and not a Jinja template")
+
+
+def load_tokenizer(folder: str, chat_template: str | None = None):
+    """The tokenizer in `folder`; `chat_template` (a --chat-template value) replaces its
+    template."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if chat_template is not None:
+        tokenizer.chat_template = read_chat_template(chat_template)
+    return tokenizer
 
 
 def iter_safetensors(folder: str):

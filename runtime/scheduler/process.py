@@ -234,6 +234,7 @@ def run_scheduler_process(
             {
                 "status": "ready",
                 "model_folder": sch.runner.model_folder,
+                "tokenizer_folder": sch.tokenizer_folder,
                 "context_length": sch.context_length,
                 "vocab_size": sch.vocab_size,
                 "kv_pool_size": sch.kv_pool.size,

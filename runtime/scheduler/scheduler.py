@@ -21,7 +21,7 @@ from runtime.cache.prefix_cache import NoPrefixCache, PrefixCache
 from runtime.cache.radix_cache import RadixCache, common_prefix_length
 from runtime.faults import inject
 from runtime.model.attention.base import ForwardBatch
-from runtime.model.loader import load_tokenizer
+from runtime.model.loader import load_tokenizer, resolve_tokenizer_path
 from runtime.model.runner import ModelRunner
 from runtime.sampling.sampler import fill_grammar_bitmask, prompt_logprobs, sample
 from runtime.scheduler.grammar_backend import GrammarBackend
@@ -77,8 +77,16 @@ class Scheduler:
     def __init__(self, args: ServerArgs):
         self.args = args
         self.runner = ModelRunner(args)
-        self.tokenizer = load_tokenizer(self.runner.model_folder)
+        self.tokenizer_folder = self.runner.model_folder
+        if args.tokenizer_path is not None:
+            self.tokenizer_folder = resolve_tokenizer_path(args.tokenizer_path)
+        self.tokenizer = load_tokenizer(self.tokenizer_folder, args.chat_template)
         self.vocab_size = self.runner.config.vocab_size
+        if len(self.tokenizer) > self.vocab_size:
+            raise ValueError(
+                f"tokenizer_path: the tokenizer has {len(self.tokenizer)} tokens, more than "
+                f"the model's vocabulary of {self.vocab_size}"
+            )
         self.eos_ids = set(self.runner.config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
             self.eos_ids.add(self.tokenizer.eos_token_id)

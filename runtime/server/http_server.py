@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from runtime.sampling.params import is_valid_text
+from runtime.server.api_docs import describe_request_bodies
 from runtime.server.metrics import ServerMetrics
 from runtime.server.openai_api import ChatCompletionRequest, CompletionRequest, OpenAIServing
 from runtime.server.tokenizer_manager import (
@@ -27,6 +28,7 @@ from runtime.server.tokenizer_manager import (
     check_logprob_args,
 )
 from runtime.server_args import ServerArgs
+from runtime.version import version
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +47,26 @@ class GenerateRequest(BaseModel):
     return_text_in_logprobs: bool = False
     stream: bool = False
     rid: str | list[str] | None = None
+
+
+class TokenizeRequest(BaseModel):
+    """Body of POST /tokenize (SGLang's and vLLM's fields)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str | None = None
+    prompt: str | list[str]
+    add_special_tokens: bool = True
+
+
+class DetokenizeRequest(BaseModel):
+    """Body of POST /detokenize."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str | None = None
+    tokens: list[int] | list[list[int]]
+    skip_special_tokens: bool = False
 
 
 class PayloadTooLarge(Exception):
@@ -175,6 +197,17 @@ def respond(out, stream: bool) -> Response:
     return StreamingResponse(out, media_type="text/event-stream") if stream else json_response(out)
 
 
+BODIES = {  # the body each POST route parses itself, shown in /docs
+    "/generate": GenerateRequest,
+    "/v1/completions": CompletionRequest,
+    "/v1/chat/completions": ChatCompletionRequest,
+    "/tokenize": TokenizeRequest,
+    "/v1/tokenize": TokenizeRequest,
+    "/detokenize": DetokenizeRequest,
+    "/v1/detokenize": DetokenizeRequest,
+}
+
+
 def create_app(
     args: ServerArgs, info: dict, tm: TokenizerManager, metrics: ServerMetrics
 ) -> FastAPI:
@@ -183,8 +216,12 @@ def create_app(
         tm.start()  # results and stats flow from the start, before any request
         yield
 
-    app = FastAPI(title="radixgen", lifespan=lifespan)
-    served = [os.path.basename(args.model_path.rstrip("/")), args.model_path, "default"]
+    app = FastAPI(title="radixgen", version=version(), lifespan=lifespan)
+    describe_request_bodies(app, BODIES)
+    if args.served_model_name is not None:
+        served = [args.served_model_name]
+    else:
+        served = [os.path.basename(args.model_path.rstrip("/")), args.model_path, "default"]
     openai = OpenAIServing(tm, list(dict.fromkeys(served)))
 
     app.add_middleware(Guard, api_key=args.api_key)
@@ -230,8 +267,9 @@ def create_app(
     async def model_info():
         return {
             "model_path": args.model_path,
+            "served_model_name": openai.model_names[0],
             "model_folder": info["model_folder"],
-            "tokenizer_path": info["model_folder"],
+            "tokenizer_path": info["tokenizer_folder"],
             "is_generation": True,
             "chat_template": getattr(tm.tokenizer, "chat_template", None),
             "vocab_size": info["vocab_size"],
@@ -315,6 +353,43 @@ def create_app(
         )
         outs = [r.to_response(tm.tokenizer, body.return_text_in_logprobs) for r in results]
         return json_response(outs[0] if batch.is_single else outs)
+
+    @app.get("/version")
+    async def server_version():
+        return {"version": version()}
+
+    @app.post("/tokenize")
+    @app.post("/v1/tokenize")
+    async def tokenize(request: Request):
+        body = await parse_body(request, TokenizeRequest, limit)
+        if body.model is not None:
+            openai.check_model(body.model)
+        prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+        for p in prompts:
+            tm.check_text(p, "prompt")
+        encode = tm.tokenizer.encode
+        ids = await asyncio.to_thread(
+            lambda: [encode(p, add_special_tokens=body.add_special_tokens) for p in prompts]
+        )
+        one = isinstance(body.prompt, str)
+        return {
+            "tokens": ids[0] if one else ids,
+            "count": len(ids[0]) if one else [len(x) for x in ids],
+            "max_model_len": info["context_length"],
+        }
+
+    @app.post("/detokenize")
+    @app.post("/v1/detokenize")
+    async def detokenize(request: Request):
+        body = await parse_body(request, DetokenizeRequest, limit)
+        if body.model is not None:
+            openai.check_model(body.model)
+        one = not body.tokens or isinstance(body.tokens[0], int)
+        seqs = [body.tokens] if one else body.tokens
+        for seq in seqs:
+            tm.check_prompt(seq, "tokens", context_check=False)
+        texts = [tm.tokenizer.decode(x, skip_special_tokens=body.skip_special_tokens) for x in seqs]
+        return {"text": texts[0] if one else texts}
 
     @app.get("/v1/models")
     async def models():

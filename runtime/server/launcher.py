@@ -21,12 +21,29 @@ from runtime.server_args import ServerArgs
 logger = logging.getLogger(__name__)
 
 
+IPC_PREFIX = "radixgen-ipc-"
+
+
+def remove_stale_ipc_dirs() -> None:
+    """Remove the ipc folders of servers that are gone without cleaning up (killed by SIGKILL):
+    each folder's name holds its server's pid."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        if not name.startswith(IPC_PREFIX):
+            continue
+        pid = name[len(IPC_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
 class ServerProcesses:
     """The scheduler and detokenizer children, their ipc sockets, and their shutdown."""
 
     def __init__(self, args: ServerArgs):
         self.args = args
-        self.ipc_dir = tempfile.mkdtemp(prefix="radixgen-")
+        if os.path.isdir("/proc"):
+            remove_stale_ipc_dirs()
+        self.ipc_dir = tempfile.mkdtemp(prefix=f"{IPC_PREFIX}{os.getpid()}-")
         self.paths = {
             n: os.path.join(self.ipc_dir, n) for n in ("scheduler", "detokenizer", "tokenizer")
         }
@@ -64,7 +81,7 @@ class ServerProcesses:
             target=run_detokenizer_process,
             args=(
                 self.args,
-                info["model_folder"],
+                info["tokenizer_folder"],
                 self.paths["detokenizer"],
                 self.paths["tokenizer"],
                 os.getpid(),
@@ -145,11 +162,12 @@ def launch_server(args: ServerArgs) -> int:
             return 1
         metrics = ServerMetrics()
         tm = TokenizerManager(
-            info["model_folder"],
+            info["tokenizer_folder"],
             procs.paths["scheduler"],
             procs.paths["tokenizer"],
             metrics,
             info["context_length"],
+            args.chat_template,
         )
         tm.stats = info["stats"]  # live from the start; the scheduler refreshes them
         metrics.update_engine(tm.stats)

@@ -120,13 +120,14 @@ class ReqState:
 class TokenizerManager:
     def __init__(
         self,
-        model_folder: str,
+        tokenizer_folder: str,
         send_path: str,
         recv_path: str,
         metrics: ServerMetrics,
         context_length: int,
+        chat_template: str | None = None,
     ):
-        self.tokenizer = load_tokenizer(model_folder)
+        self.tokenizer = load_tokenizer(tokenizer_folder, chat_template)
         self.context_length = context_length
         # a text this long in UTF-8 has more tokens than the context, whatever it says
         self.max_prompt_bytes = context_length * max_token_bytes(self.tokenizer)
@@ -248,13 +249,13 @@ class TokenizerManager:
             self.abort(state.rid)  # the client disconnected mid-stream
             raise
 
-    def check_prompt(self, ids: list[int], field: str) -> None:
+    def check_prompt(self, ids: list[int], field: str, context_check: bool = True) -> None:
         """Reject out-of-range token ids and prompts that leave no room in the context (400 early,
         before the scheduler sees them)."""
         vocab = len(self.tokenizer)
         if any(not isinstance(t, int) or t < 0 or t >= vocab for t in ids):
             raise BadRequest(f"{field}: token ids must lie in [0, {vocab})", field)
-        if len(ids) >= self.context_length:
+        if context_check and len(ids) >= self.context_length:
             raise BadRequest(
                 f"{field} has {len(ids)} tokens; this model's context is {self.context_length}",
                 field,

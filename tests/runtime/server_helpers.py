@@ -8,6 +8,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -26,9 +27,7 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
         cmd = [sys.executable, "-m", "runtime.launch_server", "--port", str(self.port), *extra_args]
-        self.log = open(  # noqa: SIM115 (kept open for the server's lifetime)
-            os.path.join(os.environ.get("TMPDIR", "/tmp"), f"radixgen-server-{self.port}.log"), "w+"
-        )
+        self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (the server's lifetime; no file left)
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -37,6 +37,8 @@ def serve(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--json-whitespace", "lots"], "--json-whitespace"),
         (["--cpu-threads", "0"], "--cpu-threads"),
         (["--header-read-timeout", "0"], "--header-read-timeout"),
+        (["--chat-template", "/no/such/template.jinja"], "--chat-template"),
+        (["--tokenizer-path", "/no/such/tokenizer"], "--tokenizer-path"),
     ],
 )
 def test_bad_options_exit_2_with_one_clear_line(args, flag):
