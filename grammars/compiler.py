@@ -92,12 +92,15 @@ class GrammarCompiler:
         separators: tuple[str, str] | None = None,
         strict_mode: bool = False,
         max_whitespace_cnt: int | None = None,
+        max_number_digits: int | None = None,
         budget: CompileBudget | None = None,
     ) -> CompiledGrammar:
         """`schema` as a dict or JSON text. any_whitespace=False writes exactly `separators`
         (default ", " and ": "); otherwise each whitespace run holds at most
         `max_whitespace_cnt` characters (None: unbounded). strict_mode=True forbids properties
-        and items the schema does not name (as if additionalProperties / items were false)."""
+        and items the schema does not name (as if additionalProperties / items were false).
+        `max_number_digits` bounds each digit run (integer part, fraction, exponent) of numbers
+        whose schema leaves them unbounded (None: unbounded, exactly the schema)."""
         from grammars.json_schema import check_depth, check_text_depth, schema_to_rules
 
         if isinstance(schema, str):
@@ -125,6 +128,7 @@ class GrammarCompiler:
                 tuple(separators) if separators else None,
                 strict_mode,
                 max_whitespace_cnt,
+                max_number_digits,
             )
             return self._cached(
                 key,
@@ -134,6 +138,7 @@ class GrammarCompiler:
                     separators=separators,
                     strict=strict_mode,
                     max_whitespace_cnt=max_whitespace_cnt,
+                    max_number_digits=max_number_digits,
                 ),
             )
 
@@ -143,11 +148,12 @@ class GrammarCompiler:
         *,
         any_whitespace: bool = True,
         max_whitespace_cnt: int | None = None,
+        max_number_digits: int | None = None,
         budget: CompileBudget | None = None,
     ) -> CompiledGrammar:
         """Free text in which each trigger opens one of the tag's structures (begin, a JSON
         document valid against its schema, end); `tag` as a dict or JSON text
-        (grammars.structural_tag); whitespace options as compile_json_schema takes them."""
+        (grammars.structural_tag); JSON options as compile_json_schema takes them."""
         from grammars.json_schema import schema_to_rules
         from grammars.structural_tag import parse_structural_tag, structural_tag_rules
 
@@ -157,11 +163,14 @@ class GrammarCompiler:
             checkpoint()
             parse_structural_tag(tag)  # errors before the cache is consulted
             return self._cached(
-                ("structural_tag", text, any_whitespace, max_whitespace_cnt),
+                ("structural_tag", text, any_whitespace, max_whitespace_cnt, max_number_digits),
                 lambda: structural_tag_rules(
                     tag,
                     lambda s: schema_to_rules(
-                        s, any_whitespace=any_whitespace, max_whitespace_cnt=max_whitespace_cnt
+                        s,
+                        any_whitespace=any_whitespace,
+                        max_whitespace_cnt=max_whitespace_cnt,
+                        max_number_digits=max_number_digits,
                     ),
                 ),
             )

@@ -92,6 +92,11 @@ class ServerArgs:
         "characters), compact (exactly ', ' and ': ') or any.",
         choices=JSON_WHITESPACE,
     )
+    json_number_digits: int = _opt(
+        20,
+        "Longest run of digits (integer part, fraction, exponent) JSON constraints allow in a "
+        "number the schema leaves unbounded (0: no limit).",
+    )
 
     def __post_init__(self):
         if self.schedule_policy not in SCHEDULE_POLICIES:
@@ -133,6 +138,8 @@ class ServerArgs:
             )
         if not self.shutdown_timeout >= 0:
             raise ValueError("shutdown_timeout must be a number of seconds >= 0")
+        if self.json_number_digits < 0:
+            raise ValueError("json_number_digits must be 0 (no limit) or a number of digits")
         if not self.header_read_timeout > 0:
             raise ValueError("header_read_timeout must be a positive number of seconds")
 
@@ -166,3 +173,38 @@ class ServerArgs:
                 if k in names and v is not None or k == "api_key"
             }
         )
+
+
+def options_markdown() -> str:
+    """docs/options.md: every option with its flag, default and meaning (`python -m
+    runtime.server_args` prints it; a test keeps the page equal to it)."""
+    lines = [
+        "# Server options",
+        "",
+        "Every option of `python -m runtime.launch_server` (also `radixgen serve`) and, as a",
+        "keyword argument of the same name, of the offline `Engine`"
+        ' (`Engine(model_path="smollm2", disable_radix_cache=True)`).',
+        "Generated from `runtime/server_args.py` by `python -m runtime.server_args`.",
+        "",
+        "| flag | default | meaning |",
+        "|---|---|---|",
+    ]
+    for f in dataclasses.fields(ServerArgs):
+        flag = "--" + f.name.replace("_", "-")
+        default = "off" if f.default is False else ("none" if f.default is None else f.default)
+        meaning = f.metadata["help"]
+        if f.metadata.get("choices"):
+            meaning += " One of: " + ", ".join(f"`{c}`" for c in f.metadata["choices"]) + "."
+        lines.append(f"| `{flag}` | `{default}` | {meaning} |")
+    lines += [
+        "",
+        "`--mem-fraction-static` is accepted as another name of `--mem-fraction` (SGLang's).",
+        "A bad value ends the command with exit code 2 and one line naming the flag, before the",
+        "model loads.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(options_markdown(), end="")

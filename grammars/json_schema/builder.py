@@ -29,7 +29,7 @@ from grammars.json_schema.core import (
     _value_types,
     node_size,
 )
-from grammars.json_schema.numbers import _NUMBER, _number_literal, number_node
+from grammars.json_schema.numbers import _NUMBER, _number_literal, bounded_digits, number_node
 from grammars.json_schema.rewrite import _merge, _split_dependencies
 from grammars.json_schema.strings import _string_literal, string_node
 
@@ -45,10 +45,13 @@ def schema_to_rules(
     separators=None,
     strict: bool = False,
     max_whitespace_cnt: int | None = None,
+    max_number_digits: int | None = None,
 ) -> tuple[dict, str]:
     """(rules, root) of the documents `schema` accepts; with any_whitespace, each run of
-    whitespace between tokens holds at most `max_whitespace_cnt` characters (None: any)."""
+    whitespace between tokens holds at most `max_whitespace_cnt` characters (None: any); each
+    run of digits in a number not bounded by the schema holds at most `max_number_digits`."""
     builder = _Builder(schema, any_whitespace, separators, strict, max_whitespace_cnt)
+    builder.max_digits = max_number_digits
     try:
         root = builder.value(schema, "#")
     except RecursionError:
@@ -65,6 +68,7 @@ class _Builder(_ContainerNodes):
     ):
         self.root_schema = root
         self.strict = strict
+        self.max_digits: int | None = None  # longest digit run of an unbounded number
         if any_whitespace:
             ws = rep(_WS, 0, max_ws)
             self.ws = ws
@@ -150,7 +154,8 @@ class _Builder(_ContainerNodes):
         obj = cat(
             lit("{"), ws, opt(cat(member, rep(cat(self.item_sep, member), 0, None))), ws, lit("}")
         )
-        return alt(lit("null"), lit("true"), lit("false"), _NUMBER, string_node({}), array, obj)
+        number = bounded_digits(_NUMBER, self.max_digits)
+        return alt(lit("null"), lit("true"), lit("false"), number, string_node({}), array, obj)
 
     def value(self, schema, path: str) -> tuple:
         """The node of `schema` (at `path`, for messages)."""
@@ -380,7 +385,7 @@ class _Builder(_ContainerNodes):
         if t == "boolean":
             return alt(lit("true"), lit("false"))
         if t in ("integer", "number"):
-            return number_node(schema, t == "integer", path)
+            return number_node(schema, t == "integer", path, self.max_digits)
         if t == "string":
             return string_node(schema, path)
         if t == "array":

@@ -161,7 +161,29 @@ def _multiple_of_integers(k: int) -> tuple:
     return ("dfa", EagerDFA(merged, accept, 0).trimmed())
 
 
-def number_node(schema: dict, integer: bool, path: str) -> tuple:
+def digit_runs_at_most(n: int) -> tuple:
+    """Number texts in which no run of digits (integer part, fraction, exponent) is longer
+    than n: a weak model cannot write digits until its token limit."""
+    from grammars.automaton import EagerDFA
+
+    digits = sum(1 << b for b in range(0x30, 0x3A))
+    others = sum(1 << ord(c) for c in "-+.eE")
+    trans = [[(others, 0)] + ([(digits, i + 1)] if i < n else []) for i in range(n + 1)]
+    return ("dfa", EagerDFA(trans, [True] * (n + 1), 0).trimmed())
+
+
+def bounded_digits(node: tuple, max_digits: int | None, *bounds) -> tuple:
+    """`node` with its digit runs limited to max_digits (None: unlimited), never below what
+    the schema's own bounds need."""
+    if max_digits is None:
+        return node
+    need = max((len(str(abs(int(b)))) + 1 for b in bounds if b is not None), default=0)
+    return intersect(node, digit_runs_at_most(max(max_digits, need)))
+
+
+def number_node(schema: dict, integer: bool, path: str, max_digits: int | None = None) -> tuple:
+    """An integer or number schema's texts; with max_digits, no digit run is longer (an integer
+    with both bounds is finite already)."""
     lo, hi = schema.get("minimum"), schema.get("maximum")
     lo_excl = hi_excl = False
     emin, emax = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
@@ -183,4 +205,6 @@ def number_node(schema: dict, integer: bool, path: str) -> tuple:
             raise GrammarError(f"multipleOf: only integer divisors of integers ({path})")
         if int(k) != 1:
             node = intersect(node, _multiple_of_integers(int(k)))
-    return node
+    if integer and lo is not None and hi is not None:
+        return node
+    return bounded_digits(node, max_digits, lo, hi)

@@ -17,11 +17,13 @@ JSON_WHITESPACE_RUN = 8  # --json-whitespace bounded: characters in one run betw
 _JSON_KINDS = ("json_schema", "structural_tag")
 
 
-def json_options(mode: str) -> dict:
-    """compile_json_schema / compile_structural_tag options of a --json-whitespace mode."""
+def json_options(mode: str, number_digits: int = 0) -> dict:
+    """compile_json_schema / compile_structural_tag options of a --json-whitespace mode and a
+    --json-number-digits bound (0: none)."""
     return {
         "any_whitespace": mode != "compact",
         "max_whitespace_cnt": JSON_WHITESPACE_RUN if mode == "bounded" else None,
+        "max_number_digits": number_digits or None,
     }
 
 
@@ -31,10 +33,16 @@ class GrammarBackend:
 
     CACHE_SIZE = 64
 
-    def __init__(self, tokenizer, vocab_size: int | None = None, json_whitespace="bounded"):
+    def __init__(
+        self,
+        tokenizer,
+        vocab_size: int | None = None,
+        json_whitespace: str = "bounded",
+        json_number_digits: int = 0,
+    ):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
-        self.json_options = json_options(json_whitespace)
+        self.json_options = json_options(json_whitespace, json_number_digits)
         self._compiler = None
         self._cache: OrderedDict[tuple[str, str], object] = OrderedDict()
         self._cache_lock = threading.Lock()

@@ -91,7 +91,9 @@ class Scheduler:
         if self.tokenizer.eos_token_id is not None:
             self.eos_ids.add(self.tokenizer.eos_token_id)
         self.context_length = self.runner.context_length
-        self.grammars = GrammarBackend(self.tokenizer, self.vocab_size, args.json_whitespace)
+        self.grammars = GrammarBackend(
+            self.tokenizer, self.vocab_size, args.json_whitespace, args.json_number_digits
+        )
         self._grammar_pool: ThreadPoolExecutor | None = None
         self._mask_pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-mask")
         self.mask_words = (self.vocab_size + 31) // 32

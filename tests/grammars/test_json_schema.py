@@ -382,3 +382,32 @@ def test_not(compiler, checker):
 def test_lengths_beyond_the_limit_raise_instead_of_weakening(compiler):
     with pytest.raises(GrammarError, match="maxLength"):
         compiler.compile_json_schema({"type": "string", "maxLength": 20_000})
+
+
+@pytest.mark.parametrize(
+    "schema, longest, too_long",
+    [
+        ({"type": "integer"}, "1" * 12, "1" * 13),
+        ({"type": "integer", "minimum": 0}, "9" * 12, "9" * 13),
+        ({"type": "number"}, "0." + "3" * 12, "0." + "3" * 13),
+        ({"type": "number"}, "1e" + "9" * 12, "1e" + "9" * 13),
+        ({"type": "integer", "multipleOf": 3}, "3" * 12, "3" * 13),
+        ({}, "[" + "7" * 12 + "]", "[" + "7" * 13 + "]"),  # any JSON value
+        ({"type": "object"}, '{"a": ' + "7" * 12 + "}", '{"a": ' + "7" * 13 + "}"),
+    ],
+)
+def test_max_number_digits_bounds_each_digit_run(compiler, schema, longest, too_long):
+    bounded = compiler.compile_json_schema(schema, max_number_digits=12)
+    assert bounded.matcher().accept_string(longest)
+    assert not bounded.matcher().accept_string(too_long)
+    assert compiler.compile_json_schema(schema).matcher().accept_string(too_long)  # default
+
+
+def test_max_number_digits_never_cuts_what_the_schema_bounds(compiler):
+    huge = 10**30
+    finite = compiler.compile_json_schema(
+        {"type": "integer", "minimum": 0, "maximum": huge}, max_number_digits=4
+    )
+    assert finite.matcher().accept_string(str(huge))
+    above = compiler.compile_json_schema({"type": "integer", "minimum": huge}, max_number_digits=4)
+    assert above.matcher().accept_string(str(huge + 1))

@@ -152,3 +152,19 @@ def test_structural_tag_leaves_text_free_until_the_trigger(engine):
     assert "<tool_call>" not in out["text"]  # never opened: plain text passes
     with pytest.raises(ValueError, match="structural_tag"):
         engine.generate("x", {"structural_tag": {"structures": [], "triggers": []}})
+
+
+def test_unbounded_integers_end_at_the_default_digit_bound(engine):
+    """A model that would write "1" forever (a +100 logit bias) still ends an integer of an
+    unbounded schema at --json-number-digits (default 20) digits, with a valid document."""
+    one = engine.tokenizer.encode("1", add_special_tokens=False)
+    assert len(one) == 1
+    params = {
+        "json_schema": {"type": "integer"},
+        "max_new_tokens": 48,
+        "temperature": 0,
+        "logit_bias": {str(one[0]): 100},
+    }
+    out = engine.generate("A large number: ", params)
+    assert out["meta_info"]["finish_reason"]["type"] == "stop", out
+    assert json.loads(out["text"]) == int("1" * 20)
