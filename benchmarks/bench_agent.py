@@ -11,6 +11,10 @@ Cases, each against a fresh server (one at a time):
 
     python benchmarks/bench_agent.py [--programs 64] [--steps 4] [--forks 3]
         [--system-tokens 1500] [--gen-tokens 24] [--cases cache,no_cache,openai,lpm,fcfs]
+        [--pool-fraction 0.25 | --max-total-tokens N] [--arrival-span 0.5 | --arrival-seconds S]
+
+lpm/fcfs size their pool and arrival span from a cache run (run first when not among the
+cases), unless both --max-total-tokens and --arrival-seconds are given.
 
 Prints programs/s, total time and the cached share of prompt tokens per case, then one JSON
 line.
@@ -157,6 +161,9 @@ def main() -> None:
         default=0.5,
         help="lpm/fcfs: programs arrive uniformly over this fraction of the cache case's time",
     )
+    parser.add_argument(
+        "--arrival-seconds", type=float, default=0.0, help="overrides --arrival-span"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     cases = args.cases.split(",")
@@ -175,14 +182,18 @@ def main() -> None:
         for i in range(args.programs)
     ]
     results, figures = {}, {}
+    # lpm/fcfs derive their pool and arrival span from a cache run unless both are given
+    calibrate = bool({"lpm", "fcfs"} & set(cases)) and not (
+        args.max_total_tokens and args.arrival_seconds
+    )
 
-    if {"cache", "openai"} & set(cases) or not args.max_total_tokens:
+    if {"cache", "openai"} & set(cases) or calibrate:
         with sgl.Runtime(model_path=args.model_path) as runtime:
             endpoint = runtime.endpoint
             figures["system_tokens"] = endpoint.generate_raw(
                 {"text": system, "sampling_params": {"max_new_tokens": 0}}
             )["meta_info"]["prompt_tokens"]
-            if "cache" in cases or not args.max_total_tokens:
+            if "cache" in cases or calibrate:
                 results["cache"] = run_case("cache", program, endpoint, endpoint, batch, threads)
             if "openai" in cases:
                 endpoint.flush_cache()
@@ -196,15 +207,19 @@ def main() -> None:
             )
 
     if {"lpm", "fcfs"} & set(cases):
-        per_program = max(program_tokens(s) for s in results["cache"]["states"])
-        working_set = figures["system_tokens"] + args.programs * (
-            per_program - figures["system_tokens"]
-        )
-        pool = args.max_total_tokens or max(int(args.pool_fraction * working_set), 2 * per_program)
-        span = args.arrival_span * results["cache"]["seconds"]
+        pool, span = args.max_total_tokens, args.arrival_seconds
+        if not pool:
+            per_program = max(program_tokens(s) for s in results["cache"]["states"])
+            working_set = figures["system_tokens"] + args.programs * (
+                per_program - figures["system_tokens"]
+            )
+            pool = max(int(args.pool_fraction * working_set), 2 * per_program)
+            figures["working_set_tokens"] = working_set
+            print(f"working set ~{working_set} tokens")
+        span = span or args.arrival_span * results["cache"]["seconds"]
         arriving = [{**item, "delay": span * i / args.programs} for i, item in enumerate(batch)]
-        figures.update(working_set_tokens=working_set, pool_tokens=pool, arrival_span_s=span)
-        print(f"working set ~{working_set} tokens, KV pool {pool}, arrivals over {span:.0f} s")
+        figures.update(pool_tokens=pool, arrival_span_s=round(span, 2))
+        print(f"KV pool {pool} tokens, arrivals over {span:.0f} s")
         for policy in ("lpm", "fcfs"):
             if policy not in cases:
                 continue

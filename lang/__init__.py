@@ -33,12 +33,13 @@ from lang.choices import (
     token_length_normalized,
     unconditional_likelihood_normalized,
 )
-from lang.errors import BackendError, LangError, UnsupportedFeatureError
+from lang.errors import AuthenticationError, BackendError, LangError, UnsupportedFeatureError
 from lang.function import SglFunction
 from lang.global_config import global_config
 from lang.state import ProgramState, ProgramStateGroup
 
 __all__ = [
+    "AuthenticationError",
     "BackendError",
     "ChoicesDecision",
     "ChoicesSamplingMethod",

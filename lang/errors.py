@@ -15,6 +15,15 @@ class BackendError(LangError):
         self.status = status
 
 
+class AuthenticationError(BackendError):
+    """The server refused the API key (HTTP 401): none was given, or a wrong one."""
+
+    def __init__(self, message: str):
+        super().__init__(
+            f"authentication failed ({message}); pass the server's --api-key as api_key=", 401
+        )
+
+
 class UnsupportedFeatureError(LangError):
     """The chosen backend cannot do a feature the program asks for (e.g. regex on a chat API)."""
 

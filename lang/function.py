@@ -21,7 +21,8 @@ from lang.tracer import cache_program, trace_program
 
 logger = logging.getLogger(__name__)
 
-# Options of run/run_batch that become the default sampling parameters of every gen.
+# Options of run/run_batch that become the default sampling parameters of every gen (SGLang's
+# run signature: n and min_new_tokens are options of a gen only).
 _SAMPLING_OPTIONS = (
     "max_new_tokens",
     "stop",

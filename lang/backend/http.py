@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lang.errors import BackendError
+from lang.errors import AuthenticationError, BackendError
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ class HttpClient:
         try:
             return urllib.request.urlopen(request, timeout=self.timeout)
         except urllib.error.HTTPError as e:
+            if e.code == 401:
+                raise AuthenticationError(_error_message(e)) from None
             raise BackendError(_error_message(e), e.code) from None
         except (urllib.error.URLError, OSError) as e:
             raise BackendError(f"cannot reach {self.base_url}{path}: {e}") from None

@@ -1,6 +1,8 @@
 """`OpenAI`: programs against any OpenAI-compatible API (ours at `/v1` included) through the
 official `openai` client. Chat models receive the state's messages, so a `gen` must be the
-first thing in an assistant message; features the API lacks raise `UnsupportedFeatureError`."""
+first thing in an assistant message; features the API lacks raise `UnsupportedFeatureError`.
+A completion model's `select` scores the choices from echoed prompt logprobs, with every
+choices method; a chat model's picks by constrained decoding (token_length_normalized only)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from lang.backend.base import BaseBackend, Meta
 from lang.chat_template import ChatTemplate
-from lang.choices import ChoicesDecision, ChoicesSamplingMethod, token_length_normalized
-from lang.errors import BackendError, LangError, UnsupportedFeatureError
+from lang.choices import (
+    ChoicesDecision,
+    ChoicesSamplingMethod,
+    TokenLogprobs,
+    choice_token_logprobs,
+    decide,
+    token_length_normalized,
+)
+from lang.errors import AuthenticationError, BackendError, LangError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from lang.executor import StreamExecutor
@@ -52,6 +61,7 @@ class OpenAI(BaseBackend):
         api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, **client_kwargs)
         self._api_error = openai.OpenAIError
+        self._authentication_error = openai.AuthenticationError
 
     def __repr__(self) -> str:
         return f"OpenAI({self.model_name!r}, base_url={str(self.client.base_url)!r})"
@@ -86,14 +96,69 @@ class OpenAI(BaseBackend):
         temperature: float,
         choices_method: ChoicesSamplingMethod,
     ) -> ChoicesDecision:
-        """Constrained greedy decoding over the choices (chat APIs return no prompt
-        logprobs, so only the default choices method can be honoured, approximately)."""
+        if not self.is_chat_model:
+            if temperature > 1e-5:
+                raise UnsupportedFeatureError(
+                    "select with temperature > 0", self.name, "choices are scored greedily"
+                )
+            return self._select_by_prompt_logprobs(s.text_, choices, choices_method)
+        return self._select_by_constrained_decoding(s, choices, choices_method)
+
+    def _select_by_prompt_logprobs(
+        self, prefix: str, choices: list[str], method: ChoicesSamplingMethod
+    ) -> ChoicesDecision:
+        """Score `prefix + choice` from the prompt logprobs /v1/completions echoes with
+        max_tokens=0, as RuntimeEndpoint does with /generate: the prefix alone first (its
+        token count, and its tokens into a prefix cache), then all choices in one request."""
+        committed = self._echo([prefix]) if prefix else None
+        start = max(len(_echoed_entries(committed)[0]) - 1, 0) if committed else 0
+        scored = self._echo([prefix + choice for choice in choices])
+        input_logprobs = [
+            choice_token_logprobs(tokens[start:], prefix) for tokens in _echoed_entries(scored)
+        ]
+        unconditional = None
+        if method.requires_unconditional_logprobs:
+            texts = ["".join(entry[2] for entry in tokens) for tokens in input_logprobs]
+            unconditional = _echoed_entries(self._echo(texts))
+            for choice, tokens, alone in zip(choices, input_logprobs, unconditional):
+                if len(tokens) != len(alone):
+                    raise BackendError(
+                        f"{method!r}: the choice {choice!r} tokenizes differently without its "
+                        "context, so its tokens cannot be scored alone"
+                    )
+        decision = decide(method, choices, input_logprobs, unconditional)
+        if committed is not None:
+            usage = _meta(committed, None)
+            decision.meta_info.update(
+                {k: usage[k] for k in ("prompt_tokens", "cached_tokens") if k in usage}
+            )
+        return decision
+
+    def _echo(self, prompts: list[str]) -> Any:
+        """A prompt-only completion per prompt, echoing each prompt token's logprob."""
+        return self._call(
+            self.client.completions.create,
+            model=self.model_name,
+            prompt=prompts,
+            max_tokens=0,
+            temperature=0.0,
+            echo=True,
+            logprobs=0,
+        )
+
+    def _select_by_constrained_decoding(
+        self, s: StreamExecutor, choices: list[str], choices_method: ChoicesSamplingMethod
+    ) -> ChoicesDecision:
+        """Greedy decoding constrained to the choices: chat APIs return no prompt logprobs, so
+        only the default choices method can be honoured, approximately."""
         if choices_method is not token_length_normalized:
             raise UnsupportedFeatureError(
-                f"select with {choices_method!r}", self.name, "it needs prompt logprobs"
+                f"select with choices_method={choices_method!r}",
+                f"{self.name} chat-model",
+                "a chat API returns no prompt logprobs to score choices with; use "
+                "token_length_normalized (approximated by constrained decoding) or a completion "
+                "model (is_chat_model=False)",
             )
-        if not self.is_chat_model:
-            raise UnsupportedFeatureError("select on a completion model", self.name)
         schema = {"type": "string", "enum": choices}
         response = self._call(
             self.client.chat.completions.create,
@@ -120,6 +185,8 @@ class OpenAI(BaseBackend):
     def _call(self, create, **kwargs):
         try:
             return create(**kwargs)
+        except self._authentication_error as e:
+            raise AuthenticationError(str(e)) from None
         except self._api_error as e:
             raise BackendError(str(e), getattr(e, "status_code", None)) from None
 
@@ -169,6 +236,21 @@ class OpenAI(BaseBackend):
         if extra := {k: v for k, v in extra.items() if v is not None}:
             kwargs["extra_body"] = extra
         return kwargs
+
+
+def _echoed_entries(response: Any) -> list[TokenLogprobs]:
+    """Per prompt, in order, its tokens' [logprob, token_id, text] entries (no ids here)."""
+    entries = []
+    for choice in sorted(response.choices, key=lambda c: c.index):
+        logprobs = choice.logprobs
+        if logprobs is None or not logprobs.tokens:
+            raise UnsupportedFeatureError(
+                "select on a completion model",
+                "OpenAI",
+                "this API echoes no prompt logprobs (echo=True, logprobs=0, max_tokens=0)",
+            )
+        entries.append([[lp, None, t] for lp, t in zip(logprobs.token_logprobs, logprobs.tokens)])
+    return entries
 
 
 def _schema(params: SamplingParams) -> dict | None:

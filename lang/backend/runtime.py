@@ -1,5 +1,6 @@
-"""`Runtime`: start a radixgen server in a subprocess (`python -m runtime.launch_server`),
-wait until it is healthy, and shut it down on `shutdown()` or at interpreter exit."""
+"""`Runtime`: start a radixgen server in a subprocess (`runtime.launch_server` behind the
+lifeline of `lang.backend.lifeline`), wait until it is healthy, and shut it down on
+`shutdown()`, at interpreter exit, or when this process dies in any other way."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from lang.errors import BackendError
 
 logger = logging.getLogger(__name__)
 
+STOP_TIMEOUT_S = 30.0  # how long a stopping server may take before it is killed
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -26,10 +29,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(model_path: str, port: int, host: str, **server_args: Any) -> list[str]:
-    """The launch command; `foo_bar=value` becomes `--foo-bar value`, True a bare flag."""
-    cmd = [sys.executable, "-m", "runtime.launch_server", "--model-path", model_path]
-    cmd += ["--host", host, "--port", str(port)]
+def server_command(
+    model_path: str, port: int, host: str, lifeline_fd: int, **server_args: Any
+) -> list[str]:
+    """The launch command of a server that stops when `lifeline_fd` (the read end of a pipe)
+    reads EOF; `foo_bar=value` becomes `--foo-bar value`, True a bare flag."""
+    cmd = [sys.executable, "-m", "lang.backend.lifeline", str(lifeline_fd)]
+    cmd += ["--model-path", model_path, "--host", host, "--port", str(port)]
     for key, value in server_args.items():
         if value is None or value is False:
             continue
@@ -57,16 +63,31 @@ class Runtime:
     ):
         self.port = port or _free_port()
         self.url = f"http://{host}:{self.port}"
+        # A pipe rather than PR_SET_PDEATHSIG: its EOF comes however this process dies, not
+        # when the thread that started the server exits, and there is no preexec_fn to run.
+        lifeline_read, self._lifeline = os.pipe()
         cmd = server_command(
-            model_path, self.port, host, log_level=log_level, api_key=api_key, **server_args
+            model_path,
+            self.port,
+            host,
+            lifeline_read,
+            log_level=log_level,
+            api_key=api_key,
+            **server_args,
         )
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (open for the server's life)
             "w+", prefix="radixgen-runtime-", suffix=".log", delete=False
         )
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process: subprocess.Popen | None = subprocess.Popen(
-            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env
-        )
+        try:
+            self.process: subprocess.Popen | None = subprocess.Popen(
+                cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, pass_fds=[lifeline_read]
+            )
+        except BaseException:
+            os.close(self._lifeline)
+            raise
+        finally:
+            os.close(lifeline_read)  # the server's copy is the only reader
         atexit.register(self.shutdown)
         self._wait_healthy(launch_timeout, api_key)
         self.endpoint = RuntimeEndpoint(self.url, api_key=api_key)
@@ -102,10 +123,11 @@ class Runtime:
         if process.poll() is None:
             process.terminate()
             try:
-                process.wait(timeout=30)
+                process.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        os.close(self._lifeline)
         self.log.close()
         os.unlink(self.log.name)
 

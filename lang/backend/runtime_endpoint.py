@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING, Any
 from lang.backend.base import BaseBackend, Meta
 from lang.backend.http import HttpClient
 from lang.chat_template import ChatTemplate
-from lang.choices import ChoicesDecision, ChoicesSamplingMethod
+from lang.choices import (
+    ChoicesDecision,
+    ChoicesSamplingMethod,
+    choice_token_logprobs,
+    decide,
+)
 from lang.errors import UnsupportedFeatureError
 from lang.ir import SamplingParams, schema_text
 
@@ -20,7 +25,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# SamplingParams fields sent inside `sampling_params`, and those sent at the top level.
+# SamplingParams fields sent as they are inside `sampling_params` (stop, dtype, regex and
+# json_schema are translated first), and those sent at the top level.
 _SAMPLING_FIELDS = (
     "max_new_tokens",
     "min_new_tokens",
@@ -146,14 +152,9 @@ def select_by_logprobs(
             "return_text_in_logprobs": True,
         }
     )
-    input_logprobs = []
-    for out in scored:
-        tokens = out["meta_info"]["input_token_logprobs"]
-        first = tokens[0]
-        if len(tokens) > 1 and (first[0] is None or prefix.endswith(first[2] or "\0")):
-            tokens = tokens[1:]  # the prefix's own last token
-        input_logprobs.append(tokens)
-    normalized = [mean_logprob(tokens) for tokens in input_logprobs]
+    input_logprobs = [
+        choice_token_logprobs(out["meta_info"]["input_token_logprobs"], prefix) for out in scored
+    ]
     unconditional = None
     if method.requires_unconditional_logprobs:
         alone = backend.generate_raw(
@@ -165,21 +166,10 @@ def select_by_logprobs(
             }
         )
         unconditional = [out["meta_info"]["input_token_logprobs"] for out in alone]
-    decision = method(
-        choices=choices,
-        normalized_prompt_logprobs=normalized,
-        input_token_logprobs=input_logprobs,
-        output_token_logprobs=[out["meta_info"]["output_token_logprobs"] for out in scored],
-        unconditional_token_logprobs=unconditional,
-    )
+    output_logprobs = [out["meta_info"]["output_token_logprobs"] for out in scored]
+    decision = decide(method, choices, input_logprobs, unconditional, output_logprobs)
     decision.meta_info.update(
         prompt_tokens=committed["meta_info"]["prompt_tokens"],
         cached_tokens=committed["meta_info"].get("cached_tokens", 0),
     )
     return decision
-
-
-def mean_logprob(tokens: list[list[Any]]) -> float:
-    """Mean of the entries' logprobs, skipping the None a first prompt token has."""
-    values = [entry[0] for entry in tokens if entry[0] is not None]
-    return sum(values) / len(values) if values else float("-inf")

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 import lang as sgl
@@ -77,8 +78,9 @@ def test_openai_backend_names_what_it_cannot_do(openai_backend):
         "yes",
         "no",
     )
-    with pytest.raises(sgl.UnsupportedFeatureError, match="logprobs"):
-        choose.run(method=sgl.greedy_token_selection, backend=openai_backend)
+    for method in (sgl.greedy_token_selection, sgl.unconditional_likelihood_normalized):
+        with pytest.raises(sgl.UnsupportedFeatureError, match=f"{method!r}.*chat.*logprobs"):
+            choose.run(method=method, backend=openai_backend)
 
 
 def test_openai_backend_completion_model(backend):
@@ -94,6 +96,47 @@ def test_openai_backend_completion_model(backend):
     state = complete.run(backend=completion, temperature=0)
     assert "Paris" in state["city"]
     assert state.text().endswith(state["city"])
+
+
+CAPITAL = "Q: What is the capital of France?\nA: The capital of France is"
+CITIES = [" Paris", " London", " a small village"]
+
+
+@sgl.function
+def capital(s, method):
+    s += CAPITAL + sgl.select("city", CITIES, choices_method=method)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        sgl.token_length_normalized,
+        sgl.greedy_token_selection,
+        sgl.unconditional_likelihood_normalized,
+    ],
+    ids=repr,
+)
+def test_openai_completion_select_agrees_with_runtime_endpoint(backend, method):
+    completion = sgl.OpenAI(
+        "smollm2", is_chat_model=False, base_url=backend.base_url + "/v1", api_key="unused"
+    )
+    native = capital.run(method=method, backend=backend)
+    through_v1 = capital.run(method=method, backend=completion)
+    assert through_v1["city"] == native["city"]
+    assert through_v1.text() == native.text() == CAPITAL + native["city"]
+    ours, theirs = through_v1.get_meta_info("city"), native.get_meta_info("city")
+    # the same tokens of each choice, scored alike (up to the float noise of batching)
+    texts = [[entry[2] for entry in tokens] for tokens in theirs["input_token_logprobs"]]
+    assert [[entry[2] for entry in tokens] for tokens in ours["input_token_logprobs"]] == texts
+    for key in (
+        "normalized_prompt_logprobs",
+        "greedy_logprob_matrix",
+        "normalized_unconditional_prompt_logprobs",
+    ):
+        assert (key in ours) == (key in theirs), key
+        if key in theirs:
+            assert np.asarray(ours[key]) == pytest.approx(np.asarray(theirs[key]), abs=0.05)
+    assert ours["prompt_tokens"] == theirs["prompt_tokens"]
 
 
 def test_module_level_server_helpers(backend):
