@@ -38,7 +38,11 @@ class ServerArgs:
     )
     host: str = _opt("127.0.0.1", "Address the HTTP server listens on.")
     port: int = _opt(30000, "Port the HTTP server listens on.")
-    dtype: str = _opt("auto", "Weights and activations dtype; auto picks bfloat16.", choices=DTYPES)
+    dtype: str = _opt(
+        "auto",
+        "Weights and activations dtype; auto: bfloat16 on CUDA and CPUs with native bf16, else float32.",
+        choices=DTYPES,
+    )
     device: str = _opt("auto", "cpu or cuda; auto picks cuda when available.", choices=DEVICES)
     attention_backend: str | None = _opt(
         None,

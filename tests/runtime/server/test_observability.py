@@ -30,7 +30,9 @@ def test_logs_and_time_to_first_token(server):
     # the first token came long before the last: ttft is not the end-to-end latency
     assert 0 < meta["ttft"] < 0.5 * meta["e2e_latency"]
     log = server.output()
-    assert re.search(r"on cpu \(bfloat16\), context \d+, KV pool 4096 tokens, radix cache", log)
+    assert re.search(
+        r"on cpu \((bfloat16|float32)\), context \d+, KV pool 4096 tokens, radix cache", log
+    )
     assert "request story-1: 6 prompt tokens, max_new_tokens 120" in log
     assert "request story-1 finished (length): 120 output tokens" in log
     line = re.search(
