@@ -60,7 +60,7 @@ def _merge(a, b, path: str):
         return False
     out = dict(a)
     for k, v in b.items():
-        if k in _ANNOTATIONS or k not in out:
+        if k in _ANNOTATIONS or k.startswith("x-") or k not in out:  # x-*: OpenAPI's notes
             out[k] = v
             continue
         w = out[k]

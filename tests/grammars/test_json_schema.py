@@ -411,3 +411,15 @@ def test_max_number_digits_never_cuts_what_the_schema_bounds(compiler):
     assert finite.matcher().accept_string(str(huge))
     above = compiler.compile_json_schema({"type": "integer", "minimum": huge}, max_number_digits=4)
     assert above.matcher().accept_string(str(huge + 1))
+
+
+def test_all_of_merges_differing_extension_annotations(compiler):
+    schema = {
+        "allOf": [
+            {"type": "object", "x-note": "first", "properties": {"a": {"type": "integer"}}},
+            {"x-note": "second", "required": ["a"]},
+        ]
+    }
+    m = compiler.compile_json_schema(schema).matcher()
+    assert m.accept_string('{"a": 1}')
+    assert not compiler.compile_json_schema(schema).matcher().accept_string("{}")
