@@ -71,7 +71,7 @@ def normalize_generate_input(
     for prompt, sp, r in zip(prompts, params, rids):
         for i in range(sp.n):
             out_prompts.append(prompt)
-            out_params.append(sp)
+            out_params.append(sp.for_copy(i))
             out_rids.append(r if sp.n == 1 else f"{r}-{i}")
     return GenerateInput(out_prompts, out_params, out_rids, is_single and params[0].n == 1)
 

@@ -210,6 +210,15 @@ class SamplingParams:
                 f"got {constraints}"
             )
 
+    def for_copy(self, i: int) -> SamplingParams:
+        """The parameters of the i-th of `n` samples of one prompt: a seeded request's copies
+        draw with seeds seed, seed + 1, ... (wrapping in int64), so they differ from each other
+        and the whole set is reproducible."""
+        if self.seed is None or i == 0:
+            return self
+        seed = (self.seed + i - INT64_MIN) % 2**64 + INT64_MIN
+        return dataclasses.replace(self, seed=seed)
+
     def bias_items(self) -> list[tuple[int, float]]:
         """logit_bias as (token id, bias) pairs."""
         return [(_token_key(k), float(v)) for k, v in (self.logit_bias or {}).items()]

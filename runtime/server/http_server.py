@@ -358,12 +358,16 @@ def create_app(
     async def server_version():
         return {"version": version()}
 
+    async def tokenizer_body(request: Request, model: type[BaseModel]):
+        body = await parse_body(request, model, limit)
+        if body.model is not None:
+            openai.check_model(body.model)
+        return body
+
     @app.post("/tokenize")
     @app.post("/v1/tokenize")
     async def tokenize(request: Request):
-        body = await parse_body(request, TokenizeRequest, limit)
-        if body.model is not None:
-            openai.check_model(body.model)
+        body = await tokenizer_body(request, TokenizeRequest)
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         for p in prompts:
             tm.check_text(p, "prompt")
@@ -381,9 +385,7 @@ def create_app(
     @app.post("/detokenize")
     @app.post("/v1/detokenize")
     async def detokenize(request: Request):
-        body = await parse_body(request, DetokenizeRequest, limit)
-        if body.model is not None:
-            openai.check_model(body.model)
+        body = await tokenizer_body(request, DetokenizeRequest)
         one = not body.tokens or isinstance(body.tokens[0], int)
         seqs = [body.tokens] if one else body.tokens
         for seq in seqs:

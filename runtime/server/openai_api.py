@@ -143,10 +143,13 @@ def response_format_schema(response_format: dict | None) -> str | None:
     )
 
 
-def usage(results: list[GenerationResult]) -> dict:
-    prompt = results[0].prompt_tokens if results else 0
+def usage(results: list[GenerationResult], n: int = 1) -> dict:
+    """OpenAI's usage: each prompt counted once (results hold n samples per prompt, in order),
+    every sample's completion tokens."""
+    firsts = results[::n]
+    prompt = sum(r.prompt_tokens for r in firsts)
     completion = sum(len(r.output_ids) for r in results)
-    cached = results[0].cached_tokens if results else 0
+    cached = sum(r.cached_tokens for r in firsts)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -166,7 +169,9 @@ def _tool_finish(finish: str | None) -> str | None:
     return "tool_calls" if finish == "stop" else finish
 
 
-def usage_chunk(kind: str, rid: str, created: int, model: str, states: list[ReqState]) -> dict:
+def usage_chunk(
+    kind: str, rid: str, created: int, model: str, states: list[ReqState], n: int = 1
+) -> dict:
     """The last streamed chunk when stream_options.include_usage is set."""
     results = [s.result for s in states if s.result is not None]
     return {
@@ -175,7 +180,7 @@ def usage_chunk(kind: str, rid: str, created: int, model: str, states: list[ReqS
         "created": created,
         "model": model,
         "choices": [],
-        "usage": usage(results),
+        "usage": usage(results, n),
     }
 
 
@@ -219,7 +224,9 @@ class OpenAIServing:
         if not 1 <= n <= 128:
             raise BadRequest("n must be an integer in [1, 128]", "n")
         base = uuid.uuid4().hex
-        return [self.tm.submit(f"{base}-{i}", prompt_ids, params, **kw) for i in range(n)]
+        return [
+            self.tm.submit(f"{base}-{i}", prompt_ids, params.for_copy(i), **kw) for i in range(n)
+        ]
 
     async def _gather(self, states: list[ReqState], is_disconnected) -> list[GenerationResult]:
         return list(
@@ -286,9 +293,7 @@ class OpenAIServing:
                     "logprobs": self._completion_logprobs(res, req.echo) if want_lp else None,
                 }
             )
-        usage_all = usage(results)
-        usage_all["prompt_tokens"] = sum(len(p) for p in prompts)
-        usage_all["total_tokens"] = usage_all["prompt_tokens"] + usage_all["completion_tokens"]
+        usage_all = usage(results, req.n)
         return {
             "id": rid,
             "object": "text_completion",
@@ -338,7 +343,7 @@ class OpenAIServing:
             elif delta:
                 yield sse(chunk(i, delta))
         if (req.stream_options or {}).get("include_usage"):
-            yield sse(usage_chunk("text_completion", rid, created, req.model, states))
+            yield sse(usage_chunk("text_completion", rid, created, req.model, states, req.n))
         yield "data: [DONE]\n\n"
 
     # ---- /v1/chat/completions ---------------------------------------------------------------
@@ -450,11 +455,13 @@ class OpenAIServing:
             message = str(e)
             if spec is not None and "sampling_params." in message:
                 raise await self._bad_tool(spec, prompt, message, is_disconnected) from None
-            if "sampling_params.json_schema" not in message:
-                raise
-            raise BadRequest(
-                message.replace("sampling_params.json_schema", "response_format"), "response_format"
-            ) from None
+            for name in ("json_schema", "regex", "ebnf"):  # name the field the request used
+                if f"sampling_params.{name}" in message:
+                    field = "response_format" if schema is not None else name
+                    raise BadRequest(
+                        message.replace(f"sampling_params.{name}", field), field
+                    ) from None
+            raise
         if req.stream:
             return self._stream_chat(req, spec, states, rid, created)
         choices = []

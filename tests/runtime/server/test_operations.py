@@ -4,6 +4,7 @@ runtime's examples (run against the same server, which saves a start)."""
 
 import importlib.util
 import ipaddress
+import json
 import os
 import pathlib
 import re
@@ -203,3 +204,53 @@ def test_offline_batch_example_labels_every_review(capsys):
     printed = capsys.readouterr()
     assert "classifying" in printed.err  # the progress bar
     assert all(review in printed.out for review in module.REVIEWS[:5])
+
+
+def test_seeded_samples_of_one_prompt_differ_and_repeat(server):
+    body = {
+        "text": "Once upon a time",
+        "sampling_params": {"n": 2, "seed": 1, "temperature": 1.0, "max_new_tokens": 8},
+    }
+    first = [o["text"] for o in post(server, "/generate", body).json()]
+    again = [o["text"] for o in post(server, "/generate", body).json()]
+    assert first == again
+    assert first[0] != first[1]
+    chat = {
+        "model": NAME,
+        "messages": [{"role": "user", "content": "Tell me a story."}],
+        "n": 2,
+        "seed": 1,
+        "temperature": 1.0,
+        "max_tokens": 8,
+    }
+    texts = [
+        c["message"]["content"]
+        for c in post(server, "/v1/chat/completions", chat).json()["choices"]
+    ]
+    assert texts[0] != texts[1]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_usage_counts_every_prompt_once(server, stream):
+    prompts = ["The sky is", "Two plus two is four, and three plus"]
+    counts = post(server, "/tokenize", {"prompt": prompts}).json()["count"]
+    body = {"model": NAME, "prompt": prompts, "n": 2, "max_tokens": 2, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+        with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=60) as r:
+            events = [line[6:] for line in r.iter_lines() if line.startswith("data: {")]
+        usage = json.loads(events[-1])["usage"]
+    else:
+        usage = post(server, "/v1/completions", body).json()["usage"]
+    assert usage["prompt_tokens"] == sum(counts)
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_chat_json_schema_error_names_the_field_used(server):
+    bad = {"type": "array", "uniqueItems": True}
+    base = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    r = post(server, "/v1/chat/completions", {**base, "json_schema": bad})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "json_schema", r.text
+    wrapped = {"type": "json_schema", "json_schema": {"name": "x", "schema": bad}}
+    r = post(server, "/v1/chat/completions", {**base, "response_format": wrapped})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text
