@@ -11,6 +11,7 @@ Cases, each against a fresh server (one at a time):
 
     python benchmarks/bench_agent.py [--programs 64] [--steps 4] [--forks 3]
         [--system-tokens 1500] [--gen-tokens 24] [--cases cache,no_cache,openai,lpm,fcfs]
+        [--tenants 1]
         [--pool-fraction 0.25 | --max-total-tokens N] [--arrival-span 0.5 | --arrival-seconds S]
 
 lpm/fcfs size their pool and arrival span from a cache run (run first when not among the
@@ -50,11 +51,13 @@ CALL_SCHEMA = {
 }
 
 
-def system_prompt(target_tokens: int) -> str:
+def system_prompt(target_tokens: int, tenant: int = 0) -> str:
     """Tool definitions (the callable ones, then a catalogue of others) of about
-    `target_tokens` tokens (~3.6 characters per token for this JSON-heavy text)."""
+    `target_tokens` tokens (~3.6 characters per token for this JSON-heavy text); each tenant's
+    prompt differs from its first line on, so tenants share no cached prefix."""
     lines = [
-        "You are an operations agent. Call one tool per turn with a JSON object that matches",
+        f"You are the operations agent of tenant {tenant}. Call one tool per turn with a JSON",
+        "object that matches",
         f"this schema: {json.dumps(CALL_SCHEMA)}. The tool result comes back in the next",
         "user message. Callable tools: square(x), double(x), increment(x), digit_sum(x).",
         "Reference catalogue of the other tools of the platform (not callable here):",
@@ -64,7 +67,7 @@ def system_prompt(target_tokens: int) -> str:
         lines.append(
             json.dumps(
                 {
-                    "name": f"tool_{i:03d}",
+                    "name": f"tenant{tenant}_tool_{i:03d}",
                     "description": f"Looks up record group {i} in the inventory and returns "
                     "its owner, location and last audit date.",
                     "parameters": {"record_id": "integer", "include_history": "boolean"},
@@ -164,15 +167,25 @@ def main() -> None:
     parser.add_argument(
         "--arrival-seconds", type=float, default=0.0, help="overrides --arrival-span"
     )
+    parser.add_argument(
+        "--tenants",
+        type=int,
+        default=1,
+        help="distinct system prompts, program i using tenant i %% N (lpm's case: with a pool "
+        "smaller than every tenant's prompt together, fcfs interleaves tenants and evicts)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     cases = args.cases.split(",")
     threads = args.threads or args.programs
     rng = random.Random(args.seed)
-    system = system_prompt(args.system_tokens)
-    program = agent.bind(system=system)  # a constant prefix run_batch can trace and cache
+    systems = [system_prompt(args.system_tokens, t) for t in range(args.tenants)]
+    system = systems[0]
+    # one tenant: a constant prefix run_batch can trace and cache; several: per program
+    program = agent.bind(system=system) if args.tenants == 1 else agent
     batch = [
         {
+            **({"system": systems[i % args.tenants]} if args.tenants > 1 else {}),
             "task": f"Task {i}: start from {rng.randint(2, 99)} and apply three tools of your "
             "choice, one per turn, then report the final number.",
             "steps": args.steps,
@@ -210,7 +223,7 @@ def main() -> None:
         pool, span = args.max_total_tokens, args.arrival_seconds
         if not pool:
             per_program = max(program_tokens(s) for s in results["cache"]["states"])
-            working_set = figures["system_tokens"] + args.programs * (
+            working_set = args.tenants * figures["system_tokens"] + args.programs * (
                 per_program - figures["system_tokens"]
             )
             pool = max(int(args.pool_fraction * working_set), 2 * per_program)
