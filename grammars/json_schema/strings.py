@@ -6,7 +6,7 @@ import functools
 import json
 import re
 
-from grammars.automaton import MAX_NFA_STATES, NOTHING, cat, lit, rep
+from grammars.automaton import MAX_NFA_STATES, NOTHING, byte_set, cat, lit, rep
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 from grammars.literal_set import node_words
@@ -28,18 +28,60 @@ _TIME = (
     f"(([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?{_OFFSET}"
     f"|23:59:60(\\.[0-9]+)?([Zz]|[+-]00:00))"
 )
+_IPV4 = r"((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+# IPv6address of RFC 3986 section 3.2.2 (the text form of RFC 4291), alternative by alternative
+_H16 = "[0-9A-Fa-f]{1,4}"
+_LS32 = f"({_H16}:{_H16}|{_IPV4})"
+_IPV6 = "|".join(
+    [f"({_H16}:){{6}}{_LS32}", f"::({_H16}:){{5}}{_LS32}"]
+    + [
+        f"(({_H16}:){{0,{i}}}{_H16})?::{tail}"
+        for i, tail in enumerate(
+            [f"({_H16}:){{4}}{_LS32}", f"({_H16}:){{3}}{_LS32}", f"({_H16}:){{2}}{_LS32}"]
+            + [f"{_H16}:{_LS32}", _LS32, _H16, ""]
+        )
+    ]
+)
+# URI and URI-reference of RFC 3986 (appendix A); IPv4address is a reg-name already
+_UNRESERVED_SUB_DELIMS = r"A-Za-z0-9\-._~!$&'()*+,;="
+_PCT = "%[0-9A-Fa-f]{2}"
+_PCHAR = f"([{_UNRESERVED_SUB_DELIMS}:@]|{_PCT})"
+_PATH_ABEMPTY = f"(/{_PCHAR}*)*"
+_PATH_ABSOLUTE = f"/({_PCHAR}+{_PATH_ABEMPTY})?"
+_QUERY = f"([{_UNRESERVED_SUB_DELIMS}:@/?]|{_PCT})*"  # a fragment has the same characters
+# Sound restriction: the host is a reg-name, IP-literals ("[::1]") are refused; with them a URI
+# takes ~600 states instead of ~60, copied into every object that holds one.
+_REG_NAME = f"([{_UNRESERVED_SUB_DELIMS}]|{_PCT})*"
+
+
+def _uri_formats() -> dict[str, str]:
+    authority = f"(([{_UNRESERVED_SUB_DELIMS}:]|{_PCT})*@)?{_REG_NAME}(:[0-9]*)?"
+    tail = rf"(\?{_QUERY})?(#{_QUERY})?"
+    uri = (
+        f"[A-Za-z][A-Za-z0-9+.\\-]*:"
+        f"(//{authority}{_PATH_ABEMPTY}|{_PATH_ABSOLUTE}|{_PCHAR}+{_PATH_ABEMPTY})?{tail}"
+    )
+    relative_ref = (
+        f"(//{authority}{_PATH_ABEMPTY}|{_PATH_ABSOLUTE}"
+        f"|([{_UNRESERVED_SUB_DELIMS}@]|{_PCT})+{_PATH_ABEMPTY})?{tail}"
+    )
+    return {"uri": uri, "uri-reference": f"{uri}|{relative_ref}"}
+
+
+# Every format is matched with its characters spelled as themselves (none of them needs an
+# escape in JSON; refusing the \uXXXX spellings keeps the automata small), except json-pointer,
+# whose reference tokens may hold any character.
 _FORMATS = {
     "date": _DATE,
     "time": _TIME,
     "date-time": f"{_DATE}[Tt]{_TIME}",
-    "email": r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+",
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-    "uri": r"[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"{}|\\^`]*",
-    "ipv4": r"((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
-    "uri-reference": r"[^\s<>\"{}|\\^`]*",
+    "ipv4": _IPV4,
+    "ipv6": _IPV6,
     "json-pointer": r"(/([^~/]|~[01])*)*",
-    "hostname": r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
+    **_uri_formats(),
 }
+_DOMAIN_FORMATS = ("hostname", "email")  # counter automata, built by _domain_dfa
 # standard formats a validator may check that are not enforced here: they raise GrammarError
 _UNENFORCED_FORMATS = {
     "regex",
@@ -51,24 +93,6 @@ _UNENFORCED_FORMATS = {
     "relative-json-pointer",
     "duration",
 }
-_H = "[0-9a-fA-F]{1,4}"
-_V4 = _FORMATS["ipv4"]
-_FORMATS["ipv6"] = "|".join(
-    [
-        f"({_H}:){{7}}{_H}",
-        f"({_H}:){{1,7}}:",
-        f"({_H}:){{1,6}}:{_H}",
-        f"({_H}:){{1,5}}(:{_H}){{1,2}}",
-        f"({_H}:){{1,4}}(:{_H}){{1,3}}",
-        f"({_H}:){{1,3}}(:{_H}){{1,4}}",
-        f"({_H}:){{1,2}}(:{_H}){{1,5}}",
-        f"{_H}:(:{_H}){{1,6}}",
-        f":((:{_H}){{1,7}}|:)",
-        f"({_H}:){{6}}{_V4}",
-        f"::({_H}:){{0,5}}{_V4}",
-        f"({_H}:){{1,5}}:{_V4}",
-    ]
-)
 
 
 def _string_literal(text: str) -> tuple:
@@ -167,6 +191,77 @@ def _char_dfa():
     return dfa
 
 
+def _ascii_set(chars: str) -> int:
+    return byte_set(*map(ord, chars))
+
+
+_LET_DIG = byte_set((0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A))
+_ATEXT = _LET_DIG | _ascii_set("!#$%&'*+-/=?^_`{|}~")
+
+
+@functools.lru_cache(maxsize=2)
+def _domain_dfa(fmt: str):
+    """`hostname` (RFC 1123 section 2.1) or `email` (RFC 5321 section 4.1.2: Dot-string "@"
+    Domain): labels of letters, digits and hyphens, neither first nor last a hyphen; atoms of
+    atext joined by single dots before the '@'.
+
+    Sound restrictions: at most 63 characters in all, which keeps every length limit (labels
+    of 63, a local part of 64, a hostname of 253, an address of 254) without counting each one
+    (~500 states; counting them exactly takes ~28,000, too many to copy into objects); labels
+    with "--" as 3rd and 4th characters (RFC 5890 R-LDH labels: Punycode A-labels, whose
+    validity an automaton cannot check, and reserved ones), quoted local parts and address
+    literals are refused. States: (part, characters so far, label length up to 4, flag), the
+    flag saying the last character was '-' in the domain, '.' in the local part."""
+    from grammars.automaton import EagerDFA, StateIndex
+
+    out = EagerDFA()
+    states = StateIndex(out, 2_000, f"format {fmt}: automaton too large")
+
+    def state(key):
+        part, _, length, flag = key
+        return states(key, part == "domain" and length > 0 and not flag)
+
+    def label_steps(n, length, hyphen):
+        if length == 0:
+            return [(_LET_DIG, ("domain", n + 1, 1, False))]
+        longer = min(length + 1, 4)  # the length matters up to the 4th character
+        steps = [(_LET_DIG, ("domain", n + 1, longer, False))]
+        if not (length == 3 and hyphen):
+            steps.append((_ascii_set("-"), ("domain", n + 1, longer, True)))
+        if not hyphen:
+            steps.append((_ascii_set("."), ("domain", n + 1, 0, False)))
+        return steps
+
+    def local_steps(n, after_dot):
+        steps = [(_ATEXT, ("local", n + 1, 0, False))]
+        if n > 0 and not after_dot:
+            steps.append((_ascii_set("."), ("local", n + 1, 0, True)))
+            steps.append((_ascii_set("@"), ("domain", n + 1, 0, False)))
+        return steps
+
+    out.start = state(("local" if fmt == "email" else "domain", 0, 0, False))
+    while states.todo:
+        checkpoint()
+        key = states.todo.pop()
+        part, n, length, flag = key
+        steps = label_steps(n, length, flag) if part == "domain" else local_steps(n, flag)
+        trans = out.trans[states.index[key]]
+        for mask, target in steps:
+            if target[1] <= 63:
+                trans.append((mask, state(target)))
+    return out.trimmed()
+
+
+@functools.lru_cache(maxsize=32)
+def _format_dfa(fmt: str):
+    """The inside of a string of format `fmt`."""
+    from grammars.automaton import EagerDFA
+
+    if fmt in _DOMAIN_FORMATS:
+        return _domain_dfa(fmt)
+    return EagerDFA.from_node(regex_to_node(_FORMATS[fmt], json_mode=fmt == "json-pointer"))
+
+
 def string_node(schema: dict, path: str = "#") -> tuple:
     lo = schema.get("minLength", 0)
     hi = schema.get("maxLength")
@@ -178,19 +273,17 @@ def string_node(schema: dict, path: str = "#") -> tuple:
         raise GrammarError(f"minLength/maxLength must be integers at {path}")
     if hi is not None and hi < lo:
         return NOTHING
-    patterns = []
-    if "pattern" in schema:
-        patterns.append((schema["pattern"], True))
+    pattern = schema.get("pattern")
     fmt = schema.get("format")
-    if fmt in _FORMATS:
-        patterns.append((_FORMATS[fmt], False))
-    elif fmt in _UNENFORCED_FORMATS:
+    if isinstance(fmt, str) and fmt in _UNENFORCED_FORMATS:
         raise GrammarError(f"format: {fmt!r} is not supported ({path})")
-    if not patterns:
+    if not isinstance(fmt, str) or (fmt not in _FORMATS and fmt not in _DOMAIN_FORMATS):
+        fmt = None  # an unknown format is an annotation
+    if pattern is None and fmt is None:
         if lo == 0 and hi is None:
             return cat(lit('"'), rep(_STRING_CHAR, 0, None), lit('"'))
         return cat(lit('"'), ("dfa", _length_dfa(lo, hi)), lit('"'))
-    body = _string_body(tuple(patterns), lo, hi)
+    body = _string_body(pattern, fmt, lo, hi)
     if body is None:
         raise GrammarError(
             f"maxLength: {hi} combined with pattern/format is too large to enforce ({path})"
@@ -199,19 +292,28 @@ def string_node(schema: dict, path: str = "#") -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def _string_body(patterns: tuple[tuple[str, bool], ...], lo: int, hi: int | None):
-    """The inside of a string matching every (pattern, search) of `patterns`, of lo..hi
+def _string_body(pattern: str | None, fmt: str | None, lo: int, hi: int | None):
+    """The inside of a string matching `pattern` (search semantics) and `format`, of lo..hi
     characters; None when maxLength is too large to enforce beside them."""
-    body = None
-    for pattern, search in patterns:
-        dfa = _pattern_dfa(pattern, search)
-        body = dfa if body is None else body.product(dfa, "and")
+    pattern_dfa = _pattern_dfa(pattern, True) if pattern is not None else None
+    format_dfa = _format_dfa(fmt) if fmt is not None else None
+    length_dfa = None
     if lo > 0 or hi is not None:
-        shortest, longest = body.path_lengths()
-        # a character takes 1 to 12 bytes in a JSON string (a surrogate pair escape)
-        redundant = shortest >= 12 * lo and longest is not None and (hi is None or longest <= hi)
+        # a character takes 1 to 12 bytes in a JSON string (a surrogate pair escape), one byte
+        # in a format other than json-pointer (spelled as itself)
+        parts = [(pattern_dfa, 12), (format_dfa, 12 if fmt == "json-pointer" else 1)]
+        lengths = [(d.path_lengths(), per_char) for d, per_char in parts if d is not None]
+        long_enough = any(shortest >= per_char * lo for (shortest, _), per_char in lengths)
+        short_enough = hi is None or any(x is not None and x <= hi for (_, x), _ in lengths)
+        redundant = long_enough and short_enough
         if not redundant:
             if hi is not None and hi > 512:
                 return None
-            body = body.product(_length_dfa(lo, hi), "and")
+            length_dfa = _length_dfa(lo, hi)
+    # a URI beside a 512-character counter takes ~36,000 states
+    limit = 20_000 if fmt is None else 60_000
+    body = None
+    for dfa in (format_dfa, length_dfa, pattern_dfa):
+        if dfa is not None:
+            body = dfa if body is None else body.product(dfa, "and", limit=limit)
     return body

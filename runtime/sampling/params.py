@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from dataclasses import dataclass, field
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
@@ -15,9 +16,15 @@ MAX_STOP_TOKEN_IDS = 1024
 GREEDY_TEMPERATURE = 1e-5  # below this, sampling is greedy (dividing by it would overflow)
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 3, 6, 6
+_SHORT.maxstring = _SHORT.maxother = 60
+
+
 def short_repr(value, limit: int = 80) -> str:
-    """repr() cut to `limit` characters, so an error never echoes a huge value back."""
-    text = repr(value)
+    """repr() cut to `limit` characters and 3 levels of nesting, so an error never echoes a
+    huge value back (nor recurses through a deeply nested one)."""
+    text = _SHORT.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

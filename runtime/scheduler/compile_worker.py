@@ -32,6 +32,10 @@ class CompileCancelled(Exception):
     """The request went away while its grammar compiled; the child was ended."""
 
 
+class CompileWorkerDied(RuntimeError):
+    """The compile child exited while compiling (killed from outside, or out of memory)."""
+
+
 class CompileWorker:
     """One child process, one compile at a time (callers queue on a lock)."""
 
@@ -64,7 +68,7 @@ class CompileWorker:
                     raise CompileTimeout(f"compiling the constraint took longer than {timeout} s")
                 if self._proc.poll() is not None:
                     self._stop()
-                    raise RuntimeError("the grammar compile process died")
+                    raise CompileWorkerDied("the grammar compile process died")
             status, value = conn.recv()
         if status == "ok":
             return value

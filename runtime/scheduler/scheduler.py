@@ -24,6 +24,7 @@ from runtime.model.attention.base import ForwardBatch
 from runtime.model.loader import load_tokenizer, resolve_tokenizer_path
 from runtime.model.runner import ModelRunner
 from runtime.sampling.sampler import fill_grammar_bitmask, prompt_logprobs, sample
+from runtime.scheduler.compile_worker import CompileWorkerDied
 from runtime.scheduler.grammar_backend import GrammarBackend
 from runtime.scheduler.jump_forward import jump_forward
 from runtime.scheduler.policy import match_len_limit, order_waiting
@@ -174,6 +175,11 @@ class Scheduler:
                 grammar = future.result()
             except ValueError as exc:  # the constraint is bad, or too costly to compile
                 req.finished_reason = FinishReason.failed(str(exc), 400)
+                failed.append(req)
+                continue
+            except CompileWorkerDied as exc:  # known and explained: no traceback
+                logger.warning("%s: %s; the request fails", req.rid, exc)
+                req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
                 failed.append(req)
                 continue
             except Exception as exc:
