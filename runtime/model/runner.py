@@ -42,7 +42,7 @@ def cpu_has_native_bf16() -> bool:
 def pick_dtype(name: str, device: str = "cpu") -> torch.dtype:
     """`auto`: bf16 on CUDA and on CPUs with native bf16 (there decode reads half the bytes:
     1.6x faster than fp32 single-stream, README); fp32 on other CPUs, where bf16 prefill was
-    measured 6x and batch-16 decode 3x slower than fp32 (AVX2-only EPYC, README)."""
+    measured 6.9x and batch-16 decode 3.4x slower than fp32 (benchmarks/bench_dtype.py)."""
     if name != "auto":
         return _DTYPES[name]
     return torch.bfloat16 if device != "cpu" or cpu_has_native_bf16() else torch.float32
