@@ -74,6 +74,7 @@ class PayloadTooLarge(Exception):
 
 
 BODY_READ_TIMEOUT = 60.0  # seconds a client may take to send its body
+HEALTH_GENERATE_TIMEOUT = 60.0  # seconds /health_generate waits for one token
 
 
 ERROR_TYPES = {
@@ -260,7 +261,13 @@ def create_app(
     async def health_generate():
         params = tm.prepare(None, [1, 2, 3], {"max_new_tokens": 1}).params[0]
         state = tm.submit(f"health-{time.monotonic_ns()}", [1, 2, 3], params)
-        await asyncio.wait_for(tm.wait_result(state), timeout=60)
+        try:
+            await asyncio.wait_for(tm.wait_result(state), timeout=HEALTH_GENERATE_TIMEOUT)
+        except asyncio.TimeoutError:
+            tm.abort(state.rid)
+            return error(
+                503, f"the model generated no token within {HEALTH_GENERATE_TIMEOUT:.0f} s"
+            )
         return Response(status_code=200)
 
     @app.get("/get_model_info")
