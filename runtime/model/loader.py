@@ -103,9 +103,11 @@ def read_chat_template(chat_template: str) -> str:
             try:
                 text = json.loads(text)["chat_template"]
             except (ValueError, KeyError, TypeError):
+                text = None
+            if not isinstance(text, str):
                 raise ValueError(
                     f"--chat-template {chat_template}: a JSON file needs a chat_template string"
-                ) from None
+                )
         return text
     if "{{" in chat_template or "{%" in chat_template:
         return chat_template

@@ -395,9 +395,15 @@ def create_app(
         body = await tokenizer_body(request, DetokenizeRequest)
         one = not body.tokens or isinstance(body.tokens[0], int)
         seqs = [body.tokens] if one else body.tokens
-        for seq in seqs:
-            tm.check_prompt(seq, "tokens", context_check=False)
-        texts = [tm.tokenizer.decode(x, skip_special_tokens=body.skip_special_tokens) for x in seqs]
+
+        def decode() -> list[str]:  # in a worker thread, as /tokenize: long inputs take seconds
+            for seq in seqs:
+                tm.check_prompt(seq, "tokens", context_check=False)
+            return [
+                tm.tokenizer.decode(x, skip_special_tokens=body.skip_special_tokens) for x in seqs
+            ]
+
+        texts = await asyncio.to_thread(decode)
         return {"text": texts[0] if one else texts}
 
     @app.get("/v1/models")

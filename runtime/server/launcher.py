@@ -24,16 +24,30 @@ logger = logging.getLogger(__name__)
 IPC_PREFIX = "radixgen-ipc-"
 
 
+STALE_IPC_SECONDS = 60.0  # younger folders are left alone (another PID namespace may own them)
+
+
 def remove_stale_ipc_dirs() -> None:
     """Remove the ipc folders of servers that are gone without cleaning up (killed by SIGKILL):
-    each folder's name holds its server's pid."""
+    each folder's name holds its server's pid; only this user's folders, a minute old or more."""
     root = tempfile.gettempdir()
     for name in os.listdir(root):
         if not name.startswith(IPC_PREFIX):
             continue
         pid = name[len(IPC_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        path = os.path.join(root, name)
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        old = time.time() - info.st_mtime > STALE_IPC_SECONDS
+        if (
+            pid.isdigit()
+            and old
+            and info.st_uid == os.getuid()
+            and not os.path.exists(f"/proc/{pid}")
+        ):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class ServerProcesses:

@@ -492,7 +492,7 @@ class OpenAIServing:
             "created": created,
             "model": req.model,
             "choices": choices,
-            "usage": usage(results),
+            "usage": usage(results, req.n),
         }
 
     async def _bad_tool(
@@ -568,5 +568,5 @@ class OpenAIServing:
                     finish = _tool_finish(finish)
                 yield sse(chunk(i, {}, finish, None if deltas else logprobs))
         if (req.stream_options or {}).get("include_usage"):
-            yield sse(usage_chunk("chat.completion.chunk", rid, created, req.model, states))
+            yield sse(usage_chunk("chat.completion.chunk", rid, created, req.model, states, req.n))
         yield "data: [DONE]\n\n"

@@ -10,6 +10,7 @@ import pathlib
 import re
 import subprocess
 import tempfile
+import time
 
 import httpx
 import jinja2
@@ -19,7 +20,12 @@ import pytest
 from openai import BadRequestError, OpenAI
 
 from runtime import Engine
-from runtime.model.loader import copy_tokenizer_files, load_tokenizer, resolve_model_path
+from runtime.model.loader import (
+    copy_tokenizer_files,
+    load_tokenizer,
+    read_chat_template,
+    resolve_model_path,
+)
 from runtime.version import version
 from tests.runtime.server_helpers import ServerProcess
 
@@ -44,6 +50,8 @@ def stale_ipc_dir():
     folder = os.path.join(tempfile.gettempdir(), f"radixgen-ipc-{dead.pid}-left")
     os.makedirs(folder)
     open(os.path.join(folder, "scheduler"), "w").close()
+    an_hour_ago = time.time() - 3600
+    os.utime(folder, (an_hour_ago, an_hour_ago))
     return folder
 
 
@@ -223,11 +231,11 @@ def test_seeded_samples_of_one_prompt_differ_and_repeat(server):
         "temperature": 1.0,
         "max_tokens": 8,
     }
-    texts = [
-        c["message"]["content"]
-        for c in post(server, "/v1/chat/completions", chat).json()["choices"]
-    ]
+    out = post(server, "/v1/chat/completions", chat).json()
+    texts = [c["message"]["content"] for c in out["choices"]]
     assert texts[0] != texts[1]
+    once = post(server, "/v1/chat/completions", {**chat, "n": 1}).json()["usage"]
+    assert out["usage"]["prompt_tokens"] == once["prompt_tokens"]  # the prompt counted once
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -254,3 +262,11 @@ def test_chat_json_schema_error_names_the_field_used(server):
     wrapped = {"type": "json_schema", "json_schema": {"name": "x", "schema": bad}}
     r = post(server, "/v1/chat/completions", {**base, "response_format": wrapped})
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text
+
+
+@pytest.mark.parametrize("content", ['{"chat_template": 5}', '["a"]', "{}", "not json"])
+def test_a_json_chat_template_needs_a_string(tmp_path, content):
+    path = tmp_path / "template.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="chat_template string"):
+        read_chat_template(str(path))
