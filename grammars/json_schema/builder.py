@@ -50,8 +50,9 @@ def schema_to_rules(
     """(rules, root) of the documents `schema` accepts; with any_whitespace, each run of
     whitespace between tokens holds at most `max_whitespace_cnt` characters (None: any); each
     run of digits in a number not bounded by the schema holds at most `max_number_digits`."""
-    builder = _Builder(schema, any_whitespace, separators, strict, max_whitespace_cnt)
-    builder.max_digits = max_number_digits
+    builder = _Builder(
+        schema, any_whitespace, separators, strict, max_whitespace_cnt, max_number_digits
+    )
     try:
         root = builder.value(schema, "#")
     except RecursionError:
@@ -64,11 +65,17 @@ def schema_to_rules(
 # -- the builder --------------------------------------------------------------------------------
 class _Builder(_ContainerNodes):
     def __init__(
-        self, root, any_whitespace: bool, separators, strict: bool, max_ws: int | None = None
+        self,
+        root,
+        any_whitespace: bool,
+        separators,
+        strict: bool,
+        max_ws: int | None = None,
+        max_digits: int | None = None,
     ):
         self.root_schema = root
         self.strict = strict
-        self.max_digits: int | None = None  # longest digit run of an unbounded number
+        self.max_digits = max_digits  # longest digit run of an unbounded number (None: any)
         if any_whitespace:
             ws = rep(_WS, 0, max_ws)
             self.ws = ws

@@ -3,6 +3,7 @@ multipleOf."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -161,6 +162,7 @@ def _multiple_of_integers(k: int) -> tuple:
     return ("dfa", EagerDFA(merged, accept, 0).trimmed())
 
 
+@functools.lru_cache(maxsize=16)  # one automaton per bound, shared by every number node
 def digit_runs_at_most(n: int) -> tuple:
     """Number texts in which no run of digits (integer part, fraction, exponent) is longer
     than n: a weak model cannot write digits until its token limit."""

@@ -177,13 +177,11 @@ class Scheduler:
                 req.finished_reason = FinishReason.failed(str(exc), 400)
                 failed.append(req)
                 continue
-            except CompileWorkerDied as exc:  # known and explained: no traceback
-                logger.warning("%s: %s; the request fails", req.rid, exc)
-                req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
-                failed.append(req)
-                continue
             except Exception as exc:
-                logger.exception("compiling the grammar of %s failed", req.rid)
+                if isinstance(exc, CompileWorkerDied):  # known and explained: no traceback
+                    logger.warning("%s: %s; the request fails", req.rid, exc)
+                else:
+                    logger.exception("compiling the grammar of %s failed", req.rid)
                 req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
                 failed.append(req)
                 continue
