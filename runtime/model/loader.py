@@ -56,6 +56,19 @@ def resolve_model_path(model_path: str) -> str:
     )
 
 
+def gguf_file(model_path: str) -> str | None:
+    """The GGUF file a model path stands for (an alias, a .gguf file, a folder holding only
+    one), or None for a Hugging Face folder."""
+    if model_path in _ALIASES:
+        return alias_gguf_path(model_path)
+    if os.path.isfile(model_path) and model_path.endswith(".gguf"):
+        return model_path
+    if os.path.isdir(model_path) and not os.path.exists(os.path.join(model_path, "config.json")):
+        ggufs = glob.glob(os.path.join(model_path, "*.gguf"))
+        return ggufs[0] if len(ggufs) == 1 else None
+    return None
+
+
 def _converted_folder(gguf_path: str) -> str:
     from runtime.model.gguf_convert import convert_gguf_to_hf
 

@@ -12,8 +12,9 @@ from runtime.cache.memory_pool import ReqToTokenPool, TokenToKVPool
 from runtime.model.attention.base import ForwardBatch
 from runtime.model.attention.registry import create_attention_backend
 from runtime.model.config import ModelConfig
-from runtime.model.loader import iter_safetensors, resolve_model_path
+from runtime.model.loader import gguf_file, iter_safetensors, resolve_model_path
 from runtime.model.models.llama import LlamaForCausalLM
+from runtime.model.quantization import QuantizationError
 from runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,30 @@ def pick_dtype(name: str, device: str = "cpu") -> torch.dtype:
     return torch.bfloat16 if device != "cpu" or cpu_has_native_bf16() else torch.float32
 
 
+_INT4_TYPES = ("Q4_0", "Q4_1", "Q4_K")
+_FLOAT_TYPES = ("F32", "F16", "BF16")
+
+
+def pick_quantization(name: str, device: str, gguf_path: str | None) -> str | None:
+    """The weight kind the decoder layers run in (None: the float dtype). `auto` keeps a GGUF
+    file's precision on the CPU: int4 for 4-bit files, int8 for other quantized ones, floats
+    for float files and Hugging Face folders; on CUDA it is always the float dtype."""
+    if name == "none" or (name == "auto" and device != "cpu"):
+        return None
+    if device != "cpu":
+        raise QuantizationError(f"--quantization {name} runs on the CPU only")
+    if name != "auto":
+        return name
+    if gguf_path is None:
+        return None
+    from runtime.model.gguf_convert import gguf_matrix_types
+
+    types = gguf_matrix_types(gguf_path)
+    if all(t in _FLOAT_TYPES for t in types):
+        return None
+    return "int4" if sum(t in _INT4_TYPES for t in types) * 2 > len(types) else "int8"
+
+
 class ModelRunner:
     """The model, its KV memory and the attention backend for one device."""
 
@@ -56,6 +81,8 @@ class ModelRunner:
         self.device = pick_device(args.device)
         self.dtype = pick_dtype(args.dtype, self.device)
         self.model_folder = resolve_model_path(args.model_path)
+        self.gguf_path = gguf_file(args.model_path)
+        self.quantization = pick_quantization(args.quantization, self.device, self.gguf_path)
         self.config = ModelConfig.from_folder(self.model_folder)
         self.context_length = min(
             args.context_length or self.config.max_position_embeddings,
@@ -63,7 +90,12 @@ class ModelRunner:
         )
         start = time.perf_counter()
         self.model = self._load_model()
-        logger.info("loaded %s in %.2fs", self.model_folder, time.perf_counter() - start)
+        logger.info(
+            "loaded %s (%s weights) in %.2fs",
+            self.gguf_path or self.model_folder,
+            self.quantization or str(self.dtype).removeprefix("torch."),
+            time.perf_counter() - start,
+        )
         self.req_to_token_pool = ReqToTokenPool(
             args.max_running_requests + 1, self.context_length + 1, self.device
         )
@@ -82,8 +114,16 @@ class ModelRunner:
 
     def _load_model(self) -> LlamaForCausalLM:
         torch.manual_seed(self.args.random_seed)
-        model = LlamaForCausalLM(self.config, self.config.max_position_embeddings)
-        model.load_weights(iter_safetensors(self.model_folder))
+        model = LlamaForCausalLM(
+            self.config, self.config.max_position_embeddings, self.quantization
+        )
+        if self.quantization and self.gguf_path:
+            from runtime.model.gguf_convert import read_gguf_weights
+
+            weights = read_gguf_weights(self.gguf_path, int4_blocks=self.quantization == "int4")
+        else:
+            weights = iter_safetensors(self.model_folder)
+        model.load_weights(weights)
         for p in model.parameters():  # buffers (rotary tables) stay float32
             p.data = p.data.to(device=self.device, dtype=self.dtype)
         return model.to(self.device).eval()

@@ -57,6 +57,8 @@ class TorchAttentionBackend(AttentionBackend):
         self.kv_pool.set_kv(layer, batch.out_cache_loc, k, v)
         k_heads, v_heads = self.kv_pool.k_heads[layer], self.kv_pool.v_heads[layer]
         meta: _TorchMetadata = batch.metadata
+        if not meta.extends:  # all decodes, in row order
+            return self._decode(q, k_heads, v_heads, meta).reshape(q.shape[0], -1)
         out = torch.empty_like(q)
         if meta.decode_rows is not None:
             out[meta.decode_rows] = self._decode(q[meta.decode_rows], k_heads, v_heads, meta)

@@ -13,14 +13,14 @@ from runtime.model.config import ModelConfig
 from runtime.model.layers import (
     ColumnParallelLinear,
     RMSNorm,
+    RotaryBatch,
     RotaryEmbedding,
     RowParallelLinear,
-    apply_rotary,
 )
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int):
+    def __init__(self, cfg: ModelConfig, layer_id: int, quantization: str | None = None):
         super().__init__()
         self.layer_id = layer_id
         self.num_heads, self.num_kv_heads, self.head_dim = (
@@ -30,29 +30,42 @@ class Attention(nn.Module):
         )
         q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         self.split = [q_size, kv_size, kv_size]
-        self.qkv_proj = ColumnParallelLinear(cfg.hidden_size, self.split, bias=cfg.qkv_bias)
-        self.o_proj = RowParallelLinear(q_size, cfg.hidden_size, bias=cfg.o_bias)
+        self.qkv_proj = ColumnParallelLinear(
+            cfg.hidden_size, self.split, bias=cfg.qkv_bias, quantization=quantization
+        )
+        self.o_proj = RowParallelLinear(
+            q_size, cfg.hidden_size, bias=cfg.o_bias, quantization=quantization
+        )
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x, cos_sin, backend: AttentionBackend, batch: ForwardBatch):
+    def forward(self, x, rope: RotaryBatch, backend: AttentionBackend, batch: ForwardBatch):
         n = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
+        qkv = self.qkv_proj(x)
+        rotated = self.q_norm is None and rope.rotate_qkv_inplace(
+            qkv, self.num_heads, self.num_kv_heads, self.head_dim
+        )
+        q, k, v = qkv.split(self.split, dim=-1)
         q = q.view(n, self.num_heads, self.head_dim)
         k = k.view(n, self.num_kv_heads, self.head_dim)
         v = v.view(n, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, k, cos_sin)
+        if not rotated:
+            q, k = rope.apply(q, k)
         return self.o_proj(backend.forward(q, k, v, self.layer_id, batch))
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, quantization: str | None = None):
         super().__init__()
         self.inter = cfg.intermediate_size
-        self.gate_up_proj = ColumnParallelLinear(cfg.hidden_size, [self.inter] * 2, bias=False)
-        self.down_proj = RowParallelLinear(self.inter, cfg.hidden_size, bias=False)
+        self.gate_up_proj = ColumnParallelLinear(
+            cfg.hidden_size, [self.inter] * 2, bias=False, quantization=quantization
+        )
+        self.down_proj = RowParallelLinear(
+            self.inter, cfg.hidden_size, bias=False, quantization=quantization
+        )
 
     def forward(self, x):
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -60,47 +73,62 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int):
+    def __init__(self, cfg: ModelConfig, layer_id: int, quantization: str | None = None):
         super().__init__()
-        self.self_attn = Attention(cfg, layer_id)
-        self.mlp = MLP(cfg)
+        self.self_attn = Attention(cfg, layer_id, quantization)
+        self.mlp = MLP(cfg, quantization)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, h, cos_sin, backend, batch):
-        h = h + self.self_attn(self.input_layernorm(h), cos_sin, backend, batch)
+    def forward(self, h, rope, backend, batch):
+        h = h + self.self_attn(self.input_layernorm(h), rope, backend, batch)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
 class LlamaForCausalLM(nn.Module):
-    """Decoder whose forward maps a ForwardBatch to final hidden states, one row per token."""
+    """Decoder whose forward maps a ForwardBatch to final hidden states, one row per token.
 
-    def __init__(self, cfg: ModelConfig, max_positions: int):
+    With `quantization` ("int8" / "int4") the decoder layers keep weights of that kind and the
+    embedding (and the LM head, tied or not) int8 rows, as llama.cpp's Q4 files keep theirs at
+    8 bits: it is the largest matrix and the one every logit depends on."""
+
+    def __init__(self, cfg: ModelConfig, max_positions: int, quantization: str | None = None):
         super().__init__()
         self.config = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.embed_tokens.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.quantization = quantization
+        self.embed_tokens = ColumnParallelLinear(
+            cfg.hidden_size, [cfg.vocab_size], bias=False, quantization=quantization and "int8"
+        )
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg, i, quantization) for i in range(cfg.num_layers)
+        )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.rope)
         self.lm_head = (
             None
             if cfg.tie_word_embeddings
-            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+            else ColumnParallelLinear(
+                cfg.hidden_size, [cfg.vocab_size], bias=False, quantization=quantization and "int8"
+            )
         )
+
+    def _embed(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        if self.embed_tokens.matmul is not None:
+            return self.embed_tokens.matmul.rows(ids, dtype)
+        return F.embedding(ids, self.embed_tokens.weight)
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
-        h = self.embed_tokens(batch.input_ids)
-        cos_sin = self.rotary.table(batch.positions, h.dtype)
+        h = self._embed(batch.input_ids, self.norm.weight.dtype)
+        rope = self.rotary.for_batch(batch.positions, h.dtype)
         for layer in self.layers:
-            h = layer(h, cos_sin, backend, batch)
+            h = layer(h, rope, backend, batch)
         return self.norm(h)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        head = self.embed_tokens if self.lm_head is None else self.lm_head
+        return head(hidden).float()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy Hugging Face-named tensors into this model's (merged, sharded) parameters."""
@@ -128,7 +156,9 @@ class LlamaForCausalLM(nn.Module):
                 else:
                     self.get_parameter(_local(parts)).data.copy_(tensor)
             elif name == "lm_head.weight":
-                self.lm_head.weight.data.copy_(tensor)
+                self.lm_head.load(0, tensor)
+            elif name == "model.embed_tokens.weight":
+                self.embed_tokens.load(0, tensor)
             else:
                 self.get_parameter(name.removeprefix("model.")).data.copy_(tensor)
             seen.add(name)

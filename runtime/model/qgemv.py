@@ -1,0 +1,156 @@
+"""The AVX2 kernels of qgemv.c, compiled once with gcc into the cache folder, via ctypes.
+
+`load()` returns None (and the caller uses torch's kernels) when the CPU has no AVX2/FMA, no C
+compiler is found, or RADIXGEN_NO_NATIVE_KERNELS is set.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+
+import torch
+
+from runtime.model.loader import cache_root
+from runtime.model.quantization import unpack_int4
+
+logger = logging.getLogger(__name__)
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qgemv.c")
+_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
+_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line for line in f if line.startswith("flags")), "").split())
+    except OSError:
+        return set()
+
+
+@functools.cache
+def load() -> ctypes.CDLL | None:
+    if os.environ.get("RADIXGEN_NO_NATIVE_KERNELS") or not {"avx2", "fma"} <= _cpu_flags():
+        return None
+    compiler = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
+    if compiler is None:
+        logger.info("no C compiler: quantized weights run on torch's kernels")
+        return None
+    with open(_SOURCE, "rb") as f:
+        digest = hashlib.sha1(f.read() + " ".join(_FLAGS).encode()).hexdigest()[:12]
+    path = os.path.join(cache_root(), "kernels", f"qgemv-{digest}.so")
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+        os.close(fd)
+        try:
+            subprocess.run(
+                [compiler, *_FLAGS, _SOURCE, "-o", tmp, "-lm"],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
+            os.replace(tmp, path)
+        except (OSError, subprocess.SubprocessError) as exc:
+            os.unlink(tmp)
+            logger.warning("could not build %s (%s): using torch's kernels", _SOURCE, exc)
+            return None
+    lib = ctypes.CDLL(path)
+    lib.quantize_rows.argtypes = [_P, _I64, _I64, _P, _P, _P]
+    lib.int4_matmul.argtypes = [_P, _P, _P, _I64, _I64, _P, _P, _P, _I64, _P, _INT]
+    lib.int8_matmul.argtypes = [_P, _P, _I64, _I64, _P, _P, _I64, _P, _INT]
+    lib.int4_dequantize.argtypes = [_P, _P, _P, _I64, _I64, _P, _INT]
+    lib.int8_dequantize.argtypes = [_P, _P, _I64, _I64, _P, _INT]
+    lib.rms_norm.argtypes = [_P, _I64, _P, _I64, _I64, ctypes.c_float, _P]
+    lib.rotary_inplace.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P]
+    return lib
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def _rows_ok(x: torch.Tensor) -> bool:
+    # float32 rows whose last dim is contiguous: what rms_norm and rotary_inplace take
+    return x.dtype == torch.float32 and x.dim() == 2 and x.stride(1) == 1 and x.device.type == "cpu"
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """RMSNorm of float32 rows [n, dim] in one call, or None when the kernel does not apply."""
+    lib = load()
+    if lib is None or not _rows_ok(x) or weight.dtype != torch.float32:
+        return None
+    out = torch.empty(x.shape)
+    lib.rms_norm(_ptr(x), x.stride(0), _ptr(weight), x.shape[0], x.shape[1], eps, _ptr(out))
+    return out
+
+
+def rotary_inplace(
+    qk: torch.Tensor, heads: int, dim: int, positions: torch.Tensor, cos, sin
+) -> bool:
+    """Rotate the first `heads` heads of each row of `qk` [n, >= heads * dim] in place; False
+    when the kernel does not apply."""
+    lib = load()
+    if lib is None or not _rows_ok(qk) or positions.dtype != torch.int64:
+        return False
+    if not (positions.is_contiguous() and cos.is_contiguous() and cos.dtype == torch.float32):
+        return False
+    lib.rotary_inplace(
+        _ptr(qk), qk.stride(0), qk.shape[0], heads, dim, _ptr(positions), _ptr(cos), _ptr(sin)
+    )
+    return True
+
+
+class NativeMatmul:
+    """x @ W.T over a QuantizedTensor's own codes (int4: its groups; int8: its rows)."""
+
+    def __init__(self, lib: ctypes.CDLL, w):
+        self.lib, self.kind = lib, w.kind
+        self.n, self.k = w.rows, w.cols
+        # int8: the codes themselves; int4: one code per byte, the layout qgemv.c reads fastest
+        self.q = w.q.contiguous() if w.kind == "int8" else unpack_int4(w.q).contiguous()
+        self.scale = w.scale.to(torch.float32).contiguous()
+        # int4 codes: w = q * d + m with d = scale, m = zero - 8 * scale.
+        self.m = None if w.zero is None else (w.zero - 8 * w.scale).to(torch.float32).contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(torch.float32).contiguous()
+        rows, groups = x.shape[0], self.k // 32
+        xq = torch.empty(rows, self.k, dtype=torch.int16)
+        xs = torch.empty(rows, groups)
+        xsum = torch.empty(rows, groups)
+        self.lib.quantize_rows(_ptr(x), rows, self.k, _ptr(xq), _ptr(xs), _ptr(xsum))
+        y = torch.empty(rows, self.n)
+        threads = torch.get_num_threads()
+        if self.kind == "int4":
+            self.lib.int4_matmul(
+                _ptr(self.q), _ptr(self.scale), _ptr(self.m), self.n, self.k,
+                _ptr(xq), _ptr(xs), _ptr(xsum), rows, _ptr(y), threads,
+            )  # fmt: skip
+        else:
+            self.lib.int8_matmul(
+                _ptr(self.q), _ptr(self.scale), self.n, self.k,
+                _ptr(xq), _ptr(xs), rows, _ptr(y), threads,
+            )  # fmt: skip
+        return y
+
+    def dequantize(self) -> torch.Tensor:
+        """The float32 weight [n, k]."""
+        out = torch.empty(self.n, self.k)
+        threads = torch.get_num_threads()
+        if self.kind == "int4":
+            self.lib.int4_dequantize(
+                _ptr(self.q), _ptr(self.scale), _ptr(self.m), self.n, self.k, _ptr(out), threads
+            )
+        else:
+            self.lib.int8_dequantize(
+                _ptr(self.q), _ptr(self.scale), self.n, self.k, _ptr(out), threads
+            )
+        return out

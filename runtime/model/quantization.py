@@ -1,0 +1,178 @@
+"""Weight-only quantized weights for the CPU: int8 per output row, or int4 in groups of 32.
+
+A `QuantizedTensor` is a row-local code for a [rows, cols] weight (every row quantized on its
+own), so the blocks of a merged layer (q|k|v, gate|up) are quantized one by one and their rows
+concatenated. Both kinds run on torch's weight-only CPU kernels for the few rows of a decode
+step and fall back to a dense GEMM over the dequantized weight for long extends, where the
+kernels lose (benchmarks/bench_cpu.py):
+
+- int8: w = q * scale[row], q in [-127, 127] (`torch.ops.aten._weight_int8pack_mm`).
+- int4: w = (q - 8) * scale[row, group] + zero[row, group], q in [0, 15], groups of 32 along
+  the row (`_weight_int4pack_mm_for_cpu`). GGUF Q4_0 (w = (q - 8) * d) and Q4_1
+  (w = q * d + m, so zero = m + 8 d) blocks map onto it exactly, so the file's own 4-bit codes
+  are kept, not rounded a second time.
+
+The kernels take bf16 activations and bf16 scales: activations are rounded to bf16 for the
+product (and its result rounded to bf16) while everything around stays in the model dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+GROUP = 32
+# Rows up to which the weight-only kernels beat dequantize + dense GEMM on a 2-core AVX2 CPU
+# (576 x 3072 layer: int8 even at 64 rows, int4 loses past ~32).
+_KERNEL_ROWS = {"int8": 64, "int4": 32}
+_NATIVE_ROWS = 16
+
+
+class QuantizationError(ValueError):
+    """A --quantization choice that cannot apply to this model or device."""
+
+
+@dataclass
+class QuantizedTensor:
+    """Row-local quantized [rows, cols] weight. int8: `q` int8 [rows, cols], `scale` [rows].
+    int4: `q` uint8 [rows, cols // 2] (byte j of a group holds element j in its low nibble and
+    element j + 16 in its high one, GGUF's layout), `scale` and `zero` [rows, cols // 32]."""
+
+    kind: str
+    q: torch.Tensor
+    scale: torch.Tensor
+    zero: torch.Tensor | None = None
+
+    @property
+    def rows(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def cols(self) -> int:
+        return self.q.shape[1] * (2 if self.kind == "int4" else 1)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        if self.kind == "int8":
+            return (self.q.to(torch.float32) * self.scale[:, None]).to(dtype)
+        codes = unpack_int4(self.q).to(torch.float32).view(self.rows, -1, GROUP)
+        w = (codes - 8) * self.scale[..., None] + self.zero[..., None]
+        return w.view(self.rows, self.cols).to(dtype)
+
+    def narrow_rows(self, start: int, length: int) -> QuantizedTensor:
+        return QuantizedTensor(
+            self.kind,
+            self.q.narrow(0, start, length),
+            self.scale.narrow(0, start, length),
+            None if self.zero is None else self.zero.narrow(0, start, length),
+        )
+
+
+def quantize(w: torch.Tensor, kind: str) -> QuantizedTensor:
+    """Round a float [rows, cols] weight to `kind` (symmetric int8 rows; min/max int4 groups)."""
+    w = w.to(torch.float32)
+    if kind == "int8":
+        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
+        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        return QuantizedTensor("int8", q, scale)
+    if w.shape[1] % GROUP:
+        raise QuantizationError(f"int4 needs rows of a multiple of {GROUP} values, got {w.shape}")
+    groups = w.view(w.shape[0], -1, GROUP)
+    low, high = groups.amin(dim=2), groups.amax(dim=2)
+    scale = ((high - low) / 15).clamp(min=1e-12)
+    codes = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15)
+    return QuantizedTensor(
+        "int4", pack_int4(codes.to(torch.uint8).view(w.shape)), scale, low + 8 * scale
+    )
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """[rows, cols] codes in [0, 15] -> [rows, cols // 2] bytes in the GGUF group layout."""
+    g = codes.view(codes.shape[0], -1, 2, GROUP // 2)
+    return (g[:, :, 0] | (g[:, :, 1] << 4)).reshape(codes.shape[0], -1)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    g = packed.view(packed.shape[0], -1, GROUP // 2)
+    return torch.stack([g & 15, g >> 4], dim=2).view(packed.shape[0], -1)
+
+
+def from_gguf_q4(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> QuantizedTensor:
+    """A GGUF Q4_0 / Q4_1 tensor (raw bytes, a row of blocks per weight row) as int4, exactly.
+    Q4_0 block: f16 d, 16 bytes; Q4_1 block: f16 d, f16 m, 16 bytes."""
+    head = 2 if kind_name == "Q4_0" else 4
+    raw = np.ascontiguousarray(blocks).reshape(rows, cols // GROUP, head + GROUP // 2)
+    d = raw[:, :, 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    m = raw[:, :, 2:4].copy().view(np.float16)[..., 0].astype(np.float32) if head == 4 else 0 * d
+    q = torch.from_numpy(raw[:, :, head:].reshape(rows, cols // 2).copy())
+    scale = torch.from_numpy(d)
+    return QuantizedTensor("int4", q, scale, torch.from_numpy(m) + 8 * scale)
+
+
+def concat_rows(parts: list[QuantizedTensor]) -> QuantizedTensor:
+    def cat(name):
+        return torch.cat([getattr(p, name) for p in parts])
+
+    return QuantizedTensor(
+        parts[0].kind, cat("q"), cat("scale"), None if parts[0].zero is None else cat("zero")
+    )
+
+
+class QuantizedMatmul:
+    """x @ W.T for a QuantizedTensor W: our AVX2 kernels (runtime/model/qgemv.c) on the codes
+    themselves where they build, else torch's weight-only kernels; a dense GEMM over the
+    dequantized weight for more than `kernel_rows` rows."""
+
+    def __init__(self, w: QuantizedTensor):
+        from runtime.model import qgemv
+
+        self.w = w
+        lib = qgemv.load()
+        self.native = qgemv.NativeMatmul(lib, w) if lib is not None else None
+        self.kernel_rows = _NATIVE_ROWS if self.native else _KERNEL_ROWS[w.kind]
+        if self.native is not None:
+            self.packed = self.scales = None
+        elif w.kind == "int8":
+            self.packed = w.q
+            self.scales = w.scale.to(torch.bfloat16)
+        else:
+            self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+                unpack_int4(w.q).to(torch.int32), 1
+            )
+            self.scales = torch.stack([w.scale.T, w.zero.T], dim=-1).to(torch.bfloat16).contiguous()
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if x.shape[0] > self.kernel_rows:
+            w = self.native.dequantize() if self.native else self.w.dequantize()
+            return F.linear(x, w.to(x.dtype), bias)
+        if self.native is not None:
+            y = self.native(x)
+        elif self.w.kind == "int8":
+            y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.packed, self.scales)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+                x.to(torch.bfloat16), self.packed, GROUP, self.scales
+            )
+        y = y.to(x.dtype)
+        return y if bias is None else y + bias
+
+    def rows(self, index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Dequantized rows of W (an embedding lookup)."""
+        w = self.w
+        picked = QuantizedTensor(
+            w.kind, w.q[index], w.scale[index], None if w.zero is None else w.zero[index]
+        )
+        return picked.dequantize(dtype)
+
+    def nbytes(self) -> int:
+        """Bytes this weight holds (codes, scales and any kernel-specific copy)."""
+        parts = [self.w.q, self.w.scale, self.w.zero]
+        if self.native is not None:
+            parts += [self.native.m]
+        elif self.w.kind == "int4":
+            parts += [self.packed, self.scales]
+        else:
+            parts += [self.scales]
+        return sum(t.numel() * t.element_size() for t in parts if t is not None)
