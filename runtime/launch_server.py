@@ -40,6 +40,10 @@ def check_environment(args: ServerArgs) -> None:
             "(or TRITON_INTERPRET=1 to interpret the kernels on the CPU, slowly)"
         )
     resolve_model_path(args.model_path)  # converts a GGUF once; names a missing model
+    from runtime.model.loader import gguf_file
+    from runtime.model.runner import pick_quantization
+
+    pick_quantization(args.quantization, "cpu" if on_cpu else "cuda", gguf_file(args.model_path))
     if args.tokenizer_path is not None:
         resolve_tokenizer_path(args.tokenizer_path)
     if args.chat_template is not None:

@@ -95,7 +95,7 @@ void int4_matmul(const uint8_t *q, const float *d, const float *m, int64_t n, in
                  const int16_t *xq, const float *xs, const float *xsum, int64_t rows, float *y,
                  int threads) {
   int64_t groups = k / GROUP;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
   for (int64_t o = 0; o < n; o++) {
     const uint8_t *qo = q + o * k;
     const float *dd = d + o * groups, *mm = m + o * groups;
@@ -132,7 +132,7 @@ static inline __attribute__((always_inline)) void int8_row(
 void int8_matmul(const int8_t *q, const float *s, int64_t n, int64_t k, const int16_t *xq,
                  const float *xs, int64_t rows, float *y, int threads) {
   int64_t groups = k / GROUP;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
   for (int64_t o = 0; o < n; o++) {
     const int8_t *qo = q + o * k;
     for (int64_t r = 0; r < rows; r += 4) {
@@ -153,14 +153,14 @@ void int8_matmul(const int8_t *q, const float *s, int64_t n, int64_t k, const in
 void int4_dequantize(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
                      float *out, int threads) {
   int64_t groups = k / GROUP;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
   for (int64_t i = 0; i < n * groups; i++)
     for (int j = 0; j < GROUP; j++) out[i * GROUP + j] = (float)q[i * GROUP + j] * d[i] + m[i];
 }
 
 void int8_dequantize(const int8_t *q, const float *s, int64_t n, int64_t k, float *out,
                      int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
   for (int64_t o = 0; o < n; o++)
     for (int64_t j = 0; j < k; j++) out[o * k + j] = (float)q[o * k + j] * s[o];
 }

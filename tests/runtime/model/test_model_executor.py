@@ -13,10 +13,9 @@ TOL = 1e-3
 class DirectRunner:
     """Drives ModelRunner.forward with hand-built ragged batches; returns logits of every token."""
 
-    def __init__(self, folder: str, backend: str = "torch"):
-        args = ServerArgs(
-            model_path=folder, dtype="float32", max_total_tokens=4096, attention_backend=backend
-        )
+    def __init__(self, folder: str, backend: str = "torch", **overrides):
+        options = {"dtype": "float32", "max_total_tokens": 4096, "attention_backend": backend}
+        args = ServerArgs(model_path=folder, **{**options, **overrides})
         self.runner = ModelRunner(args)
         self.rows = {}
 
@@ -27,7 +26,9 @@ class DirectRunner:
         slots = self.runner.kv_pool.alloc(total)
         ids, pos, rows, off = [], [], [], 0
         for name, toks, start in chunks:
-            row = self.rows.setdefault(name, self.runner.req_to_token_pool.alloc())
+            if name not in self.rows:
+                self.rows[name] = self.runner.req_to_token_pool.alloc()
+            row = self.rows[name]
             table[row, start : start + len(toks)] = slots[off : off + len(toks)].int()
             ids += toks
             pos += range(start, start + len(toks))

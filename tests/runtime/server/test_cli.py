@@ -37,6 +37,7 @@ def serve(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--json-whitespace", "lots"], "--json-whitespace"),
         (["--cpu-threads", "0"], "--cpu-threads"),
         (["--header-read-timeout", "0"], "--header-read-timeout"),
+        (["--quantization", "int5"], "--quantization"),
         (["--chat-template", "/no/such/template.jinja"], "--chat-template"),
         (["--tokenizer-path", "/no/such/tokenizer"], "--tokenizer-path"),
     ],
