@@ -6,7 +6,9 @@ Expression nodes are tuples:
     ("cat", (n, ...))      concatenation; ("cat", ()) is the empty string
     ("alt", (n, ...))      alternation;   ("alt", ()) is the empty language
     ("rep", n, lo, hi)     n repeated lo..hi times (hi None = unbounded)
-    ("members", items, sep, extra)  separated (node, required) items in order, then extras
+    ("members", items, sep, extra, (lo, hi), any_order)  separated (node, required) items in
+                           order (or in any order, each once), then extras; lo..hi members in
+                           all (hi None = unbounded; any order: always (0, None))
     ("nt", name)           a reference to another rule (matched by pushing a stack frame)
     ("dfa", EagerDFA)      an already determinised automaton, embedded as is
 """
@@ -161,6 +163,8 @@ class NFA:
                     self.eps[cur].append(e)
                     cur = nxt
                 self.eps[cur].append(e)
+        elif kind == "members" and node[5]:
+            self._members_any_order(node, s, e)
         elif kind == "members":
             self._members(node, s, e)
         elif kind == "nt":
@@ -172,25 +176,83 @@ class NFA:
 
     def _members(self, node, s: int, e: int) -> None:
         """Separated members in a fixed order, optional ones skippable, then any number of
-        `extra` members; linear size (two tracks: nothing written yet / something written)."""
-        _, items, sep, extra = node
-        p0, p1 = s, self.new()
+        `extra` members, lo..hi of them in all; one track of states per count of members
+        written so far (0 .. hi; where hi is None, counts from max(lo, 1) on are alike)."""
+        _, items, sep, extra, (lo, hi), _ = node
+        top = max(lo, 1) if hi is None else hi
+
+        def after(c: int) -> int | None:  # the track after one more member
+            return c + 1 if c < top else (top if hi is None else None)
+
+        track = [s] + [self.new() for _ in range(top)]
         for item, required in items:
-            n0, n1, mid = self.new(), self.new(), self.new()
-            self.eps[p0].append(mid)
-            self.build(sep, p1, mid)
-            self.build(item, mid, n1)
+            nxt = [self.new() for _ in range(top + 1)]
+            self._member_steps(item, sep, track, nxt, after)
             if not required:
-                self.eps[p0].append(n0)
-                self.eps[p1].append(n1)
-            p0, p1 = n0, n1
+                for c, p in enumerate(track):
+                    self.eps[p].append(nxt[c])
+            track = nxt
         if extra is not None:
-            mid = self.new()
-            self.eps[p0].append(mid)
-            self.build(sep, p1, mid)
-            self.build(extra, mid, p1)
-        self.eps[p0].append(e)
-        self.eps[p1].append(e)
+            self._member_steps(extra, sep, track, track, after)
+        for c, p in enumerate(track):
+            if c >= lo:
+                self.eps[p].append(e)
+
+    def _members_any_order(self, node, s: int, e: int) -> None:
+        """The items in any order, each at most once (the required ones all present), extras
+        anywhere: one state per set of items written (bit i: item i), plus the empty set
+        after extras only; each item is built once per set it leads to."""
+        _, items, sep, extra, _, _ = node
+        n = len(items)
+        state = {0: s}  # set of items written -> state; the empty set before anything
+        for used in range(1, 1 << n):
+            state[used] = self.new()
+        after_extra = self.new()  # the empty set after an extra member
+        sources = {0: [(s, False), (after_extra, True)]}  # (state, something written)
+        for used in range(1, 1 << n):
+            sources[used] = [(state[used], True)]
+        for target in range(1, 1 << n):
+            for i in range(n):
+                if not target >> i & 1:
+                    continue
+                mid = self.new()
+                self.build(items[i][0], mid, state[target])
+                for p, written in sources[target & ~(1 << i)]:
+                    if written:
+                        self.build(sep, p, mid)
+                    else:
+                        self.eps[p].append(mid)
+        if extra is not None:
+            for used, places in sources.items():
+                mid = self.new()
+                self.build(extra, mid, after_extra if used == 0 else state[used])
+                for p, written in places:
+                    if written:
+                        self.build(sep, p, mid)
+                    else:
+                        self.eps[p].append(mid)
+        needed = sum(1 << i for i, (_, required) in enumerate(items) if required)
+        for used, places in sources.items():
+            if used & needed == needed:
+                for p, _ in places:
+                    self.eps[p].append(e)
+
+    def _member_steps(self, item, sep, track: list, nxt: list, after) -> None:
+        """One member from each track to the next count's track; the tracks that lead to one
+        count share a single copy of the member."""
+        mids: dict[int, int] = {}
+        for c, p in enumerate(track):
+            target = after(c)
+            if target is None:
+                continue
+            mid = mids.get(target)
+            if mid is None:
+                mid = mids[target] = self.new()
+                self.build(item, mid, nxt[target])
+            if c == 0:
+                self.eps[p].append(mid)
+            else:
+                self.build(sep, p, mid)
 
     def closure(self, states) -> frozenset[int]:
         """States reachable through empty moves (per-state closures are memoised)."""

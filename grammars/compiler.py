@@ -93,6 +93,7 @@ class GrammarCompiler:
         strict_mode: bool = False,
         max_whitespace_cnt: int | None = None,
         max_number_digits: int | None = None,
+        property_order: str = "schema",
         budget: CompileBudget | None = None,
     ) -> CompiledGrammar:
         """`schema` as a dict or JSON text. any_whitespace=False writes exactly `separators`
@@ -100,7 +101,9 @@ class GrammarCompiler:
         `max_whitespace_cnt` characters (None: unbounded). strict_mode=True forbids properties
         and items the schema does not name (as if additionalProperties / items were false).
         `max_number_digits` bounds each digit run (integer part, fraction, exponent) of numbers
-        whose schema leaves them unbounded (None: unbounded, exactly the schema)."""
+        whose schema leaves them unbounded (None: unbounded, exactly the schema).
+        property_order="any" accepts an object's properties in any order ("schema", the
+        default: in the order of `properties`, a smaller automaton)."""
         from grammars.json_schema import check_depth, check_text_depth, schema_to_rules
 
         if isinstance(schema, str):
@@ -129,6 +132,7 @@ class GrammarCompiler:
                 strict_mode,
                 max_whitespace_cnt,
                 max_number_digits,
+                property_order,
             )
             return self._cached(
                 key,
@@ -139,6 +143,7 @@ class GrammarCompiler:
                     strict=strict_mode,
                     max_whitespace_cnt=max_whitespace_cnt,
                     max_number_digits=max_number_digits,
+                    property_order=property_order,
                 ),
             )
 

@@ -86,11 +86,13 @@ def _renamed(node: tuple, prefix: str) -> tuple:
     if kind == "rep":
         return ("rep", _renamed(node[1], prefix), node[2], node[3])
     if kind == "members":
-        _, items, sep, extra = node
+        _, items, sep, extra, counts, any_order = node
         return (
             "members",
             tuple((_renamed(n, prefix), required) for n, required in items),
             _renamed(sep, prefix),
             None if extra is None else _renamed(extra, prefix),
+            counts,
+            any_order,
         )
     return node  # bytes and embedded DFAs hold no references

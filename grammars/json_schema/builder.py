@@ -3,39 +3,51 @@ not, enum, const)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from urllib.parse import unquote
 
-from grammars.automaton import EMPTY, NOTHING, alt, byte_set, cat, difference, lit, opt, rep
+from grammars.automaton import (
+    EMPTY,
+    NOTHING,
+    alt,
+    byte_set,
+    cat,
+    difference,
+    intersect,
+    lit,
+    opt,
+    rep,
+)
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 from grammars.json_schema.constants import (
     MIN_LITERAL_SET,
-    common_values,
     constant_values,
     constants_node,
     only_constants,
-    scalar_keys,
 )
-from grammars.json_schema.containers import _ContainerNodes
+from grammars.json_schema.containers import _ContainerNodes, _regex_search
 from grammars.json_schema.core import (
     _ANNOTATIONS,
     _DEPENDENCY_KEYWORDS,
     _UNSUPPORTED,
-    _constants,
     _constrains,
     _has_rules,
     _implied_types,
     _types_of,
-    _value_types,
     node_size,
 )
+from grammars.json_schema.negation import canonical_texts, complement, conditional
 from grammars.json_schema.numbers import _NUMBER, _number_literal, bounded_digits, number_node
+from grammars.json_schema.one_of import OneOfProofs
 from grammars.json_schema.rewrite import _merge, _split_dependencies
 from grammars.json_schema.strings import _string_literal, string_node
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
 MAX_NESTING = 200  # schemas (subschemas, $refs) nested in one another
+# formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
+_RESTRICTED_FORMATS = ("hostname", "email", "uri", "uri-reference", "time", "date-time")
 
 
 def schema_to_rules(
@@ -46,13 +58,18 @@ def schema_to_rules(
     strict: bool = False,
     max_whitespace_cnt: int | None = None,
     max_number_digits: int | None = None,
+    property_order: str = "schema",
 ) -> tuple[dict, str]:
     """(rules, root) of the documents `schema` accepts; with any_whitespace, each run of
     whitespace between tokens holds at most `max_whitespace_cnt` characters (None: any); each
-    run of digits in a number not bounded by the schema holds at most `max_number_digits`."""
+    run of digits in a number not bounded by the schema holds at most `max_number_digits`;
+    property_order "any" lets an object's properties come in any order (see object_node)."""
+    if property_order not in ("schema", "any"):
+        raise GrammarError(f"property_order must be 'schema' or 'any', not {property_order!r}")
     builder = _Builder(
         schema, any_whitespace, separators, strict, max_whitespace_cnt, max_number_digits
     )
+    builder.property_order = property_order
     try:
         root = builder.value(schema, "#")
     except RecursionError:
@@ -93,11 +110,16 @@ class _Builder(_ContainerNodes):
         draft = str(root.get("$schema", "")) if isinstance(root, dict) else ""
         self.ref_siblings_apply = "2019-09" in draft or "2020-12" in draft or not draft
         self.rules: dict[str, tuple] = {}
+        self.property_order = "schema"  # or "any"
         self._expanding: list[str] = []
         self._recursive: set[str] = set()
         self._ref_nodes: dict[str, tuple] = {}
         self._ref_rules: dict[str, str] = {}
         self._depth = 0  # value() calls under way
+        # restrictions met so far, by kind (see _INEXACT): a node built under one refuses some
+        # valid texts, so it must not be the excluded side of a difference or overlap check
+        self.inexact: Counter = Counter()
+        self._ref_inexact: dict[str, Counter] = {}
 
     # -- references --
     def resolve(self, ref: str):
@@ -129,15 +151,18 @@ class _Builder(_ContainerNodes):
         cached = self._ref_nodes.get(key)
         if cached is not None:
             if node_size(cached, _MAX_INLINE_USES) <= _MAX_INLINE_USES:
+                self.inexact.update(self._ref_inexact.get(key, Counter()))
                 return cached
             name = self._ref_rules[key] = f"ref{len(self._ref_rules)}"
             self.rules[name] = cat(self.ws, cached)
             return ("nt", name)
         self._expanding.append(key)
+        before = Counter(self.inexact)
         try:
             node = self.value(target, key)
         finally:
             self._expanding.pop()
+        self._ref_inexact[key] = self.inexact - before
         if key in self._recursive:
             self.rules[self._ref_rules[key]] = cat(self.ws, node)
         else:
@@ -197,6 +222,8 @@ class _Builder(_ContainerNodes):
                 )
             finally:
                 self._expanding.pop()
+        if "if" in schema:
+            return self.value(conditional(schema), path)
         unsupported = [k for k in schema if k in _UNSUPPORTED]
         if unsupported:
             raise GrammarError(f"unsupported keyword {unsupported[0]!r} at {path}")
@@ -244,6 +271,7 @@ class _Builder(_ContainerNodes):
         if len(constant) < MIN_LITERAL_SET:
             constant = []
         shared = set(constant)
+        before = Counter(self.inexact)
         nodes = {
             i: self.value(sub, f"{path}/{key}/{i}") for i, sub in enumerate(subs) if i not in shared
         }
@@ -251,65 +279,40 @@ class _Builder(_ContainerNodes):
             resolved = [self._deref(b, path) for b in branches]
             if isinstance(base, dict) and _constrains(base):
                 resolved = [_merge(base, b, path) for b in resolved]
-            undecided = self._overlapping(resolved, path)
-            exact = [
-                nodes[i] if i in nodes else self.value(subs[i], f"{path}/{key}/{i}")
-                for i in undecided
-            ]
-            _check_exclusive(exact, path)
+            proofs = self._one_of_proofs(path)
+            undecided = proofs.overlapping(resolved)
+            try:
+                exact = [
+                    nodes[i] if i in nodes else self.value(subs[i], f"{path}/{key}/{i}")
+                    for i in undecided
+                ]
+                met = self.inexact - before
+                if undecided and (met["oneOf"] or met["format"]):
+                    raise GrammarError(f"oneOf: branches that may overlap ({path})")
+                _check_exclusive(exact, path)
+            except GrammarError:
+                narrowed = proofs.separated_branches(resolved)
+                if narrowed is None:
+                    raise
+                self.inexact["oneOf"] += 1
+                return alt(
+                    *(
+                        self.value(subs[i] if b is None else b, f"{path}/{key}/{i}")
+                        for i, b in enumerate(narrowed)
+                    )
+                )
         parts = list(nodes.values())
         if constant:
             values = [v for i in constant for v in constant_values(subs[i], path)]
             parts.append(constants_node(values, self.literal, path))
         return alt(*parts)
 
-    def _overlapping(self, branches: list, path: str) -> list[int]:
-        """The branches that may share a value with another one (to be checked exactly);
-        branches of scalar constants are told apart by their constants alone."""
-        keys = [scalar_keys(b) for b in branches]
-        owners: dict = {}  # constant -> how many branches name it
-        for ks in keys:
-            for k in ks or ():
-                owners[k] = owners.get(k, 0) + 1
-        general = [j for j, ks in enumerate(keys) if ks is None]
-        out = []
-        for i, ks in enumerate(keys):
-            checkpoint()
-            if ks is not None and any(owners[k] > 1 for k in ks):
-                out.append(i)
-                continue
-            others = general if ks is not None else range(len(branches))
-            a = branches[i]
-            if any(j != i and not self._disjoint(a, branches[j], path) for j in others):
-                out.append(i)
-        return out
-
-    def _disjoint(self, a, b, path: str) -> bool:
-        """True when no value can match both schemas (by type, const/enum, or a required
-        property whose allowed constants differ)."""
-        a, b = self._deref(a, path), self._deref(b, path)
-        if a is False or b is False:
-            return True
-        if not isinstance(a, dict) or not isinstance(b, dict):
-            return False
-        ta, tb = _value_types(a), _value_types(b)
-        if ta is not None and tb is not None and not (ta & tb):
-            return True
-        ca, cb = _constants(a), _constants(b)
-        if ca is not None and cb is not None and not common_values(ca, cb):
-            return True
-        pa, pb = a.get("properties") or {}, b.get("properties") or {}
-        for name in set(a.get("required") or []) & set(b.get("required") or []):
-            if name in pa and name in pb:
-                va, vb = self._deref(pa[name], path), self._deref(pb[name], path)
-                if isinstance(va, dict) and isinstance(vb, dict):
-                    ca, cb = _constants(va), _constants(vb)
-                    if ca is not None and cb is not None and not common_values(ca, cb):
-                        return True
-        return False
+    def _one_of_proofs(self, path: str) -> OneOfProofs:
+        return OneOfProofs(lambda s: self._deref(s, path), _regex_search, self.strict)
 
     def negation(self, schema: dict, path: str) -> tuple:
-        """`not`, exact where both sides are regular: the base language minus the negated one."""
+        """`not`: rewritten into a positive schema (negation.complement), else the base's
+        automaton minus the negated one where both are regular and the negated one exact."""
         base = {k: v for k, v in schema.items() if k != "not"}
         negated = self._deref(schema["not"], path)
         if isinstance(negated, dict) and set(negated) - _ANNOTATIONS == {"type"}:
@@ -323,15 +326,31 @@ class _Builder(_ContainerNodes):
             if not kept:
                 return NOTHING
             return self.value({**base, "type": kept}, path)
+        rewritten = complement(negated)
+        if rewritten is None and isinstance(negated, dict) and base.get("type") is not None:
+            # only values of the base's types matter: the negated side need not cover others
+            negated = _merge(negated, {"type": base["type"]}, path)
+            rewritten = complement(negated)
+        positive = rewritten
+        if rewritten is not None and _constrains(base):
+            positive = {"allOf": [base, rewritten]}
+        # constants are excluded from a regular base by difference, which needs no rewrite
+        if positive is not None and not only_constants(negated):
+            return self.value(positive, path)
         base_node = self.value(base, path)
+        before = Counter(self.inexact)  # only the negated side must be exact
         negated_node = self.value(negated, path + "/not")
-        if _has_rules(base_node) or _has_rules(negated_node):
+        regular = not (_has_rules(base_node) or _has_rules(negated_node) or self.inexact - before)
+        if not regular and positive is not None:  # constants beside a non-regular base
+            return self.value(positive, path)
+        if not regular:
             raise GrammarError(
-                f"not: only supported where both sides are non-recursive and fully typed ({path})"
+                f"not: only supported where both sides are non-recursive and exact ({path})"
             )
         if node_size(base_node, 5000) > 5000 or node_size(negated_node, 5000) > 5000:
             raise GrammarError(f"not: schema too large to negate ({path})")
-        return difference(base_node, negated_node)
+        # the negated automaton is complete for canonical texts only (one spelling per value)
+        return difference(intersect(base_node, canonical_texts()), negated_node)
 
     def _deref(self, sub, path: str):
         while isinstance(sub, dict) and "$ref" in sub:
@@ -392,8 +411,12 @@ class _Builder(_ContainerNodes):
         if t == "boolean":
             return alt(lit("true"), lit("false"))
         if t in ("integer", "number"):
+            if self.max_digits is not None:  # digit runs cut at a length the value may exceed
+                self.inexact["digits"] += 1
             return number_node(schema, t == "integer", path, self.max_digits)
         if t == "string":
+            if schema.get("format") in _RESTRICTED_FORMATS:
+                self.inexact["format"] += 1
             return string_node(schema, path)
         if t == "array":
             return self.array_node(schema, path)

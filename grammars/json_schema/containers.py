@@ -4,6 +4,7 @@ patternProperties and additionalProperties."""
 from __future__ import annotations
 
 import functools
+import json
 
 from grammars.automaton import (
     EMPTY,
@@ -18,11 +19,19 @@ from grammars.automaton import (
     rep,
 )
 from grammars.errors import GrammarError
-from grammars.json_schema.constants import constants_node
-from grammars.json_schema.core import node_size
+from grammars.json_schema.constants import (
+    constant_values,
+    constants_node,
+    only_constants,
+    scalar_key,
+)
+from grammars.json_schema.core import _ANNOTATIONS, _types_of, node_size
 from grammars.json_schema.rewrite import _merge
 from grammars.json_schema.strings import _string_literal, string_node
 from grammars.regex import regex_to_node
+
+_MAX_UNIQUE_VALUES = 8  # uniqueItems: the automaton tracks which values were used (2**n)
+_MAX_COUNTED = 200_000  # nodes of an object whose members are counted, over all count tracks
 
 
 class _ContainerNodes:
@@ -30,10 +39,10 @@ class _ContainerNodes:
     strict and separators (ws, item_sep, key_sep and their _push forms)."""
 
     def array_node(self, schema: dict, path: str) -> tuple:
-        if schema.get("uniqueItems") is True:
-            raise GrammarError(f"uniqueItems is not supported ({path})")
         lo = schema.get("minItems", 0)
         hi = schema.get("maxItems")
+        if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1):
+            return self._unique_array(schema, lo, hi, path)  # (one item is always unique)
         prefix = schema.get("prefixItems")
         items = schema.get("items")
         rest = items
@@ -91,6 +100,57 @@ class _ContainerNodes:
         lead = EMPTY if first[0] == "nt" else self.ws
         return cat(lit("["), lead, body, self.ws, lit("]"))
 
+    def _unique_array(self, schema: dict, lo: int, hi, path: str) -> tuple:
+        """uniqueItems over a few scalar constants: arrays of lo..hi items in which each value
+        appears at most once (one automaton per value, intersected)."""
+        values = self._item_values(schema, path)
+        if values is None or len(values) > _MAX_UNIQUE_VALUES:
+            # (over more values, or others, uniqueness is not regular: docs/grammars.md)
+            raise GrammarError(f"uniqueItems is not supported ({path})")
+        literals = [self.literal(v, path) for v in values]
+        sep = self.item_sep
+
+        def array(body) -> tuple:
+            return alt(
+                cat(lit("["), self.ws, lit("]")), cat(lit("["), self.ws, body, self.ws, lit("]"))
+            )
+
+        item = alt(*literals)
+        more = max(lo - 1, 0), None if hi is None else hi - 1
+        node = cat(lit("["), self.ws, item, rep(cat(sep, item), *more), self.ws, lit("]"))
+        if lo == 0:
+            node = alt(node, cat(lit("["), self.ws, lit("]")))
+        for i, once in enumerate(literals):
+            others = alt(*(x for j, x in enumerate(literals) if j != i))
+            no_repeat = cat(rep(cat(others, sep)), once, rep(cat(sep, others)))
+            node = intersect(node, array(alt(cat(others, rep(cat(sep, others))), no_repeat)))
+        return node
+
+    def _item_values(self, schema: dict, path: str) -> list | None:
+        """The distinct values (1 and 1.0 are one) an array's items are limited to, when they
+        are a few scalar constants or booleans and nulls; None otherwise."""
+        if schema.get("prefixItems") or isinstance(schema.get("items"), list):
+            return None
+        items = self._deref(schema.get("items", True), path)
+        if only_constants(items):
+            values = constant_values(items, path)
+        elif isinstance(items, dict) and set(items) - _ANNOTATIONS == {"type"}:
+            types = _types_of(items) or []
+            if set(types) - {"boolean", "null"}:
+                return None
+            values = [
+                v for t, v in (("boolean", True), ("boolean", False), ("null", None)) if t in types
+            ]
+        else:
+            return None
+        distinct = {}
+        for v in values:
+            key = scalar_key(v)
+            if key is None:
+                return None
+            distinct.setdefault(key, v)
+        return list(distinct.values())
+
     def object_node(self, schema: dict, path: str) -> tuple:
         props = schema.get("properties") or {}
         if not isinstance(props, dict):
@@ -105,11 +165,14 @@ class _ContainerNodes:
         for name in required:
             if name not in props:
                 names.append(name)
+        key_names = self._key_names(schema, path)
         for name in names:
             if name in props:
                 sub = props[name]
             else:  # required but only allowed through additional/pattern properties
                 sub = self._extra_schema_for(name, pattern_props, additional, path)
+            if key_names is not None and not _names_key(key_names, name):
+                sub = False
             for pat, psub in pattern_props.items():
                 if name in props and _regex_search(pat, name):
                     sub = (
@@ -121,20 +184,38 @@ class _ContainerNodes:
             value = self.value(sub, f"{path}/properties/{name}")
             key_sep = self.key_sep_push if value[0] == "nt" else self.key_sep
             items.append((cat(key, key_sep, value), name in required))
-        count_min = schema.get("minProperties", 0)
-        count_max = schema.get("maxProperties")
-        extra = self._extra_member(names, pattern_props, additional, path)
-        n_required = sum(1 for _, r in items if r)
-        if count_min > n_required:
-            raise GrammarError(
-                f"minProperties is not supported beyond the required properties ({path})"
-            )
-        if count_max is not None and (extra is not None or count_max < len(items)):
-            if count_max < n_required:
-                return NOTHING
-            raise GrammarError(f"maxProperties is not supported ({path})")
-        members = ("members", tuple(items), self.item_sep, extra)
+        extra = self._extra_member(names, pattern_props, additional, path, key_names)
+        counts = self._member_counts(schema, items, extra, path)
+        if counts is None:
+            return NOTHING
+        any_order = self.property_order == "any" and counts == (0, None) and len(items) > 1
+        members = ("members", tuple(items), self.item_sep, extra, counts, any_order)
+        if any_order and node_size(members, _MAX_COUNTED) > _MAX_COUNTED:
+            any_order = False  # too many sets of properties to track: the schema's order
+            members = ("members", tuple(items), self.item_sep, extra, counts, False)
+        if not any_order and len(items) + (extra is not None) > 1:  # members in one order
+            self.inexact["order"] += 1
         return cat(lit("{"), self.ws, members, self.ws, lit("}"))
+
+    def _member_counts(self, schema: dict, items: list, extra, path: str):
+        """(lo, hi) members the object must hold for minProperties/maxProperties, (0, None)
+        where the properties alone keep within them; None when no count is possible."""
+        lo = _count(schema, "minProperties", 0, path)
+        hi = _count(schema, "maxProperties", None, path)
+        most = len(items) if extra is None else None  # the most members an object can hold
+        if (hi is not None and hi < lo) or (most is not None and lo > most):
+            return None
+        if lo <= sum(1 for _, required in items if required):
+            lo = 0  # the required properties are enough
+        if hi is not None and most is not None and hi >= most:
+            hi = None
+        if (lo, hi) != (0, None):
+            members = ("members", tuple(items), self.item_sep, extra, (lo, hi), False)
+            if node_size(members, _MAX_COUNTED) > _MAX_COUNTED:
+                raise GrammarError(
+                    f"minProperties/maxProperties: too many properties to count ({path})"
+                )
+        return lo, hi
 
     def _extra_schema_for(self, name, pattern_props, additional, path):
         for pat, psub in pattern_props.items():
@@ -142,8 +223,21 @@ class _ContainerNodes:
                 return psub
         return additional
 
-    def _extra_member(self, names, pattern_props, additional, path):
-        """A member whose key is none of `names`: pattern properties, then additional ones."""
+    def _key_names(self, schema: dict, path: str):
+        """The automaton of the keys propertyNames allows (a string schema: keys are strings),
+        or None without propertyNames."""
+        if "propertyNames" not in schema:
+            return None
+        names = self.value(
+            _merge({"type": "string"}, schema["propertyNames"], path), f"{path}/propertyNames"
+        )
+        if names[0] == "nt" or node_size(names, 5000) > 5000:
+            raise GrammarError(f"propertyNames: schema too large for keys ({path})")
+        return ("dfa", EagerDFA.from_node(names))
+
+    def _extra_member(self, names, pattern_props, additional, path, key_names=None):
+        """A member whose key is none of `names` (and one propertyNames allows): pattern
+        properties, then additional ones."""
         parts = []
         taken = constants_node(names, _key_literal, path) if names else None
         pattern_keys = []
@@ -156,6 +250,8 @@ class _ContainerNodes:
                     raise GrammarError(f"patternProperties: overlapping patterns ({path})")
             if taken is not None:
                 key = difference(key, taken)
+            if key_names is not None:
+                key = intersect(key, key_names)
             value = self.value(psub, f"{path}/patternProperties/{i}")
             parts.append(cat(key, self.key_sep_push if value[0] == "nt" else self.key_sep, value))
         if additional is not False:
@@ -165,12 +261,28 @@ class _ContainerNodes:
                 excluded.append(taken)
             if excluded:
                 key = difference(key, alt(*excluded))
+            if key_names is not None:
+                key = intersect(key, key_names)
             value = self.value(additional, f"{path}/additionalProperties")
             if value != NOTHING:
                 parts.append(
                     cat(key, self.key_sep_push if value[0] == "nt" else self.key_sep, value)
                 )
         return alt(*parts) if parts else None
+
+
+def _count(schema: dict, key: str, default, path: str):
+    value = schema.get(key, default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if value is not default and (isinstance(value, bool) or not isinstance(value, int)):
+        raise GrammarError(f"{key} must be a non-negative integer at {path}")
+    return value
+
+
+def _names_key(key_names: tuple, name: str) -> bool:
+    """propertyNames allows `name` (its spelling as json.dumps writes it)."""
+    return key_names[1].accepts(json.dumps(name).encode("utf-8", "surrogatepass"))
 
 
 def _key_literal(name: str, path: str) -> tuple:

@@ -47,13 +47,9 @@ _ANNOTATIONS = {
 # assertions the engine cannot enforce (other unknown keywords are annotations, as the
 # standard says, and are ignored)
 _UNSUPPORTED = {
-    "if",
-    "then",
-    "else",
     "contains",
     "minContains",
     "maxContains",
-    "propertyNames",
     "unevaluatedProperties",
     "unevaluatedItems",
     "$dynamicRef",
@@ -79,10 +75,14 @@ def node_size(node, cap: int | None = None) -> int:
             todo.extend((c, copies) for c in n[1])
         elif kind == "rep":
             todo.append((n[1], copies * max(1, n[3] or n[2] or 1)))
-        elif kind == "members":
-            todo.extend((i, copies) for i, _ in n[1])
+        elif kind == "members":  # the members are built once per count (or set) they lead to
+            lo, hi = n[4]
+            tracks = copies * max(lo if hi is None else hi, 1)
+            if n[5]:
+                tracks = copies * (1 << len(n[1]))
+            todo.extend((i, tracks) for i, _ in n[1])
             if n[3]:
-                todo.append((n[3], copies))
+                todo.append((n[3], tracks))
         elif kind == "dfa":
             total += copies * (len(n[1].trans) - 1)
     return total
@@ -153,7 +153,7 @@ def _types_of(schema: dict):
 
 
 _TYPE_KEYWORDS = {
-    "string": ("minLength", "maxLength", "pattern", "format"),
+    "string": ("minLength", "maxLength", "pattern", "format", "__patterns"),
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
     "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"),
     "object": (
@@ -163,8 +163,19 @@ _TYPE_KEYWORDS = {
         "patternProperties",
         "minProperties",
         "maxProperties",
+        "propertyNames",
     ),
 }
+
+
+# every keyword the builder reads; any other one is an annotation
+_ASSERTIONS = frozenset(
+    {k for ks in _TYPE_KEYWORDS.values() for k in ks}
+    | {"type", "const", "enum", "anyOf", "oneOf", "allOf", "not", "$ref", "if", "then", "else"}
+    | set(_DEPENDENCY_KEYWORDS)
+    | _UNSUPPORTED
+    | {"additionalItems", "__alternatives"}
+)
 
 
 def _implied_types(schema: dict):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from decimal import Decimal
 
 from grammars.automaton import EMPTY, NOTHING, alt, byte_set, cat, intersect, lit, opt, rep
 from grammars.errors import GrammarError
@@ -20,13 +21,14 @@ def _number_literal(value) -> tuple:
 
 def number_texts(value) -> list[str]:
     """The ways a number (or boolean) constant is written: an integer with or without ".0",
-    other numbers as json.dumps writes them."""
+    other numbers as json.dumps writes them and without an exponent."""
     if isinstance(value, bool):
         return ["true" if value else "false"]
     k = integral_value(value)
     if k is not None:
         return [str(k), f"{k}.0"]
-    return [json.dumps(value)]
+    plain = format(_decimal(value), "f")  # 1e-07 also as 0.0000001, 1e+16 as 10000000000000000
+    return list(dict.fromkeys([json.dumps(value), plain]))
 
 
 def integral_value(value: int | float) -> int | None:
@@ -85,81 +87,171 @@ _EXP = opt(
 )
 _INT = cat(opt(lit("-")), alt(lit("0"), cat(("b", _DIGIT19), rep(("b", _DIGIT), 0, None))))
 _NUMBER = cat(_INT, _FRAC_ANY, _EXP)
-
-
-def _magnitudes(lo, lo_excl: bool, hi, hi_excl: bool, integer: bool) -> tuple:
-    """Unsigned decimals m with lo <(=) m <(=) hi; lo >= 0 and both integers; hi may be None."""
-    if integer:
-        a = lo + 1 if lo_excl else lo
-        b = None if hi is None else (hi - 1 if hi_excl else hi)
-        return _naturals(a, b)
-    parts = [cat(lit(str(lo)), _FRAC_NONZERO if lo_excl else _FRAC_ANY)]
-    if hi is None:
-        parts.append(cat(_naturals(lo + 1, None), _FRAC_ANY))
-    elif hi == lo:
-        return cat(lit(str(lo)), _FRAC_ZERO) if not (lo_excl or hi_excl) else NOTHING
-    else:
-        if hi - 1 >= lo + 1:
-            parts.append(cat(_naturals(lo + 1, hi - 1), _FRAC_ANY))
-        if not hi_excl:
-            parts.append(cat(lit(str(hi)), _FRAC_ZERO))
-    return alt(*parts)
+_DIGITS = rep(("b", _DIGIT), 0, None)
+_MAGNITUDE = cat(alt(lit("0"), cat(("b", _DIGIT19), _DIGITS)), _FRAC_ANY)  # no sign or exponent
 
 
 def _number_range(lo, lo_excl, hi, hi_excl, integer: bool) -> tuple:
     if lo is None and hi is None:
         return _INT if integer else _NUMBER
-    for name, bound in (("minimum", lo), ("maximum", hi)):
-        if bound is not None and not float(bound).is_integer():
-            if integer:
-                continue
-            raise GrammarError(f"{name}: non-integer bounds on numbers are not supported")
-    if integer:  # tighten fractional bounds to integers
-        if lo is not None:
-            lo, lo_excl = (math.floor(lo) + 1, False) if lo_excl else (math.ceil(lo), False)
-        if hi is not None:
-            hi, hi_excl = (math.ceil(hi) - 1, False) if hi_excl else (math.floor(hi), False)
-    lo = None if lo is None else int(lo)
-    hi = None if hi is None else int(hi)
+    if integer:
+        return _integer_range(lo, lo_excl, hi, hi_excl)
+    return _decimal_range(lo, lo_excl, hi, hi_excl)
+
+
+def _integer_range(lo, lo_excl: bool, hi, hi_excl: bool) -> tuple:
+    """Integers between the bounds (fractional ones are tightened), written without a fraction."""
+    if lo is not None:
+        lo = math.floor(lo) + 1 if lo_excl else math.ceil(lo)
+    if hi is not None:
+        hi = math.ceil(hi) - 1 if hi_excl else math.floor(hi)
     parts = []
-    # non-negative side: max(lo, 0) .. hi
-    if hi is None or hi > 0 or (hi == 0 and not hi_excl):
-        if lo is None or lo < 0:
-            parts.append(_magnitudes(0, False, hi, hi_excl, integer))
-        else:
-            parts.append(_magnitudes(lo, lo_excl, hi, hi_excl, integer))
-    # negative side: -m with m > 0 and -hi <= m <= -lo
-    if lo is None or lo < 0:
-        mlo, mlo_excl = (0, True) if hi is None or hi >= 0 else (-hi, hi_excl)
-        mhi, mhi_excl = (None, False) if lo is None else (-lo, lo_excl)
-        parts.append(cat(lit("-"), _magnitudes(mlo, mlo_excl, mhi, mhi_excl, integer)))
+    if hi is None or hi >= 0:  # non-negative side: max(lo, 0) .. hi
+        parts.append(_naturals(max(lo or 0, 0), hi))
+    if lo is None or lo < 0:  # negative side: -m with max(-hi, 1) <= m <= -lo
+        smallest = 1 if hi is None else max(1, -hi)
+        parts.append(cat(lit("-"), _naturals(smallest, None if lo is None else -lo)))
     return alt(*parts)
 
 
-def _multiple_of_integers(k: int) -> tuple:
-    """Integers divisible by k: a k-state remainder automaton over the decimal digits."""
-    from grammars.automaton import EagerDFA
+def _decimal(bound) -> Decimal:
+    """A bound as the decimal it is written as (a float as its shortest repr: 0.1 is 1/10)."""
+    return Decimal(repr(bound)) if isinstance(bound, float) else Decimal(bound)
 
-    if k > 1000:
-        raise GrammarError("multipleOf: divisors above 1000 are not supported")
-    # states: 0 start, 1 after "-", 2 after "0" (final), 3 + r remainder r after a nonzero digit
-    n = 3 + k
-    trans: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    trans[0] = [(1 << ord("-"), 1), (1 << ord("0"), 2)]
-    for start in (0, 1):
-        for d in range(1, 10):
-            trans[start].append((1 << (0x30 + d), 3 + d % k))
-    for r in range(k):
-        for d in range(10):
-            trans[3 + r].append((1 << (0x30 + d), 3 + (r * 10 + d) % k))
-    accept = [False, False, True] + [r == 0 for r in range(k)]
-    merged = []
-    for tr in trans:  # one entry per target
+
+def _decimal_range(lo, lo_excl: bool, hi, hi_excl: bool) -> tuple:
+    """Numbers between two decimal bounds, written without an exponent; "-0" is not written."""
+    lo = None if lo is None else _decimal(lo)
+    hi = None if hi is None else _decimal(hi)
+    # a value m >= 0 is written m, a value -m (m > 0) "-" m
+    positive = [_compared(">", lo, lo_excl), _compared("<", hi, hi_excl)]
+    negative = [
+        _compared(">", Decimal(0), True),
+        _compared(">", None if hi is None else -hi, hi_excl),
+        _compared("<", None if lo is None else -lo, lo_excl),
+    ]
+    return alt(_all_of(positive), cat(lit("-"), _all_of(negative)))
+
+
+def _all_of(nodes: list) -> tuple:
+    nodes = [n for n in nodes if n is not None]
+    if not nodes:
+        return _MAGNITUDE
+    out = nodes[0]
+    for n in nodes[1:]:
+        out = intersect(out, n)
+    return out
+
+
+def _compared(side: str, q: Decimal | None, exclusive: bool) -> tuple | None:
+    """Unsigned decimals m (no exponent) with m >(=) q for side ">", m <(=) q for "<"; None
+    when every m qualifies."""
+    if q is None or (side == ">" and (q < 0 or (q == 0 and not exclusive))):
+        return None
+    if q < 0:
+        return NOTHING
+    whole, _, fraction = format(q, "f").partition(".")
+    whole, fraction = int(whole), fraction.rstrip("0")
+    if side == ">":
+        beyond = cat(_naturals(whole + 1, None), _FRAC_ANY)
+        tail = _fraction_above(fraction, exclusive)
+    else:
+        beyond = cat(_naturals(0, whole - 1), _FRAC_ANY) if whole > 0 else NOTHING
+        tail = _fraction_below(fraction, exclusive)
+    return alt(beyond, cat(lit(str(whole)), tail))
+
+
+def _digits_between(lo: int, hi: int) -> tuple:
+    return ("b", byte_set((0x30 + lo, 0x30 + hi))) if lo <= hi else NOTHING
+
+
+def _fraction_above(f: str, exclusive: bool) -> tuple:
+    """Fractions (".d...", or none) of value above 0.f, or equal unless exclusive; f has no
+    trailing zeros."""
+    if not f:
+        return _FRAC_NONZERO if exclusive else _FRAC_ANY
+
+    def rest(s: str) -> tuple:  # digits d... with 0.d... above (or equal to) 0.s
+        if not s:
+            return cat(_DIGITS, ("b", _DIGIT19), _DIGITS) if exclusive else _DIGITS
+        d = int(s[0])
+        return alt(cat(_digits_between(d + 1, 9), _DIGITS), cat(lit(s[0]), rest(s[1:])))
+
+    return cat(lit("."), rest(f))
+
+
+def _fraction_below(f: str, exclusive: bool) -> tuple:
+    """Fractions (".d...", or none) of value below 0.f, or equal unless exclusive; f has no
+    trailing zeros."""
+    if not f:
+        return NOTHING if exclusive else _FRAC_ZERO
+
+    def rest(s: str) -> tuple:  # one or more digits d... with 0.d... below (or equal to) 0.s
+        if len(s) > 1:
+            after = opt(rest(s[1:]))  # stopping early is below: s[1:] is not all zeros
+        else:
+            after = NOTHING if exclusive else rep(lit("0"), 0, None)
+        smaller = cat(_digits_between(0, int(s[0]) - 1), _DIGITS)
+        return alt(smaller, cat(lit(s[0]), after))
+
+    return opt(cat(lit("."), rest(f)))
+
+
+@functools.lru_cache(maxsize=64)
+def _multiples(a: int, d: int) -> tuple:
+    """Numbers x (no exponent) that are multiples of a / 10**d: x * 10**d is an integer (no
+    nonzero digit after the d-th decimal) divisible by a; remainder states over the digits."""
+    from grammars.automaton import EagerDFA, StateIndex
+
+    out = EagerDFA()
+    states = StateIndex(out, 1 << 30, "")  # a <= 1000 and d <= 100 keep it small
+    pad = [pow(10, d - k, a) for k in range(d + 1)]  # x * 10**d from the digits so far
+
+    def state(key):
+        kind, r, k = key
+        return states(key, kind in ("int", "zero", "frac") and r * pad[k] % a == 0)
+
+    def digit(c: int) -> int:
+        return 1 << (0x30 + c)
+
+    out.start = state(("start", 0, 0))
+    while states.todo:
+        key = states.todo.pop()
+        kind, r, k = key
+        trans = out.trans[states.index[key]]
+        steps = []
+        if kind in ("start", "sign"):
+            steps.append((digit(0), ("zero", 0, 0)))
+            steps += [(digit(c), ("int", c % a, 0)) for c in range(1, 10)]
+            if kind == "start":
+                steps.append((1 << ord("-"), ("sign", 0, 0)))
+        elif kind == "int":
+            steps += [(digit(c), ("int", (r * 10 + c) % a, 0)) for c in range(10)]
+        if kind in ("int", "zero"):
+            steps.append((1 << ord("."), ("dot", r, 0)))
+        if kind in ("dot", "frac"):
+            if k < d:
+                steps += [(digit(c), ("frac", (r * 10 + c) % a, k + 1)) for c in range(10)]
+            else:
+                steps.append((digit(0), ("frac", r, k)))
         by_target: dict[int, int] = {}
-        for m, t in tr:
-            by_target[t] = by_target.get(t, 0) | m
-        merged.append([(m, t) for t, m in by_target.items()])
-    return ("dfa", EagerDFA(merged, accept, 0).trimmed())
+        for mask, target in steps:
+            t = state(target)
+            by_target[t] = by_target.get(t, 0) | mask
+        trans.extend((mask, t) for t, mask in by_target.items())
+    return ("dfa", out.trimmed())
+
+
+def _multiple_of(k, path: str) -> tuple:
+    """The numbers that are multiples of `k` (a positive number, a float read as its repr)."""
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or k <= 0:
+        raise GrammarError(f"multipleOf must be a positive number at {path}")
+    _, digits, exp = _decimal(k).normalize().as_tuple()
+    a = int("".join(map(str, digits))) * 10 ** max(exp, 0)
+    d = max(-exp, 0)
+    if a > 1000 or d > 100:
+        raise GrammarError(f"multipleOf: {k} has more than 3 significant digits ({path})")
+    return _multiples(a, d)
 
 
 @functools.lru_cache(maxsize=16)  # one automaton per bound, shared by every number node
@@ -179,7 +271,8 @@ def bounded_digits(node: tuple, max_digits: int | None, *bounds) -> tuple:
     the schema's own bounds need."""
     if max_digits is None:
         return node
-    need = max((len(str(abs(int(b)))) + 1 for b in bounds if b is not None), default=0)
+    runs = (format(abs(_decimal(b)), "f").split(".") for b in bounds if b is not None)
+    need = max((len(run) + 1 for parts in runs for run in parts), default=0)
     return intersect(node, digit_runs_at_most(max(max_digits, need)))
 
 
@@ -201,12 +294,8 @@ def number_node(schema: dict, integer: bool, path: str, max_digits: int | None =
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise GrammarError(f"{name} must be a number at {path}")
     node = _number_range(lo, lo_excl, hi, hi_excl, integer)
-    if "multipleOf" in schema:
-        k = schema["multipleOf"]
-        if not (integer and isinstance(k, (int, float)) and float(k).is_integer() and k > 0):
-            raise GrammarError(f"multipleOf: only integer divisors of integers ({path})")
-        if int(k) != 1:
-            node = intersect(node, _multiple_of_integers(int(k)))
+    if "multipleOf" in schema and not (integer and schema["multipleOf"] == 1):
+        node = intersect(node, _multiple_of(schema["multipleOf"], path))
     if integer and lo is not None and hi is not None:
         return node
     return bounded_digits(node, max_digits, lo, hi)

@@ -3,9 +3,12 @@ alternatives."""
 
 from __future__ import annotations
 
+import json
+import math
+
 from grammars.errors import GrammarError
 from grammars.json_schema.constants import common_values
-from grammars.json_schema.core import _ANNOTATIONS, _DEPENDENCY_KEYWORDS
+from grammars.json_schema.core import _ASSERTIONS, _DEPENDENCY_KEYWORDS
 
 _MAX_DEPENDENCIES = 4  # each one doubles the object's alternatives
 
@@ -58,13 +61,22 @@ def _merge(a, b, path: str):
         return a
     if a is False or b is False:
         return False
+    if isinstance(a.get("if"), (bool, dict)) and "if" in b:  # two conditions: both apply
+        kept = ("if", "then", "else")
+        aside = {k: v for k, v in b.items() if k in kept}
+        b = {k: v for k, v in b.items() if k not in kept}
+        b["allOf"] = [*b.get("allOf", []), aside]
     out = dict(a)
     for k, v in b.items():
-        if k in _ANNOTATIONS or k.startswith("x-") or k not in out:  # x-*: OpenAPI's notes
+        if k not in out:
             out[k] = v
             continue
         w = out[k]
-        if w == v:
+        if k == "const":  # True == 1 in Python, not in JSON: compare the texts
+            if json.dumps(w, sort_keys=True) != json.dumps(v, sort_keys=True):
+                return False  # two different constants: no value is both
+            continue
+        if w == v or k not in _ASSERTIONS:  # two annotations: either will do
             continue
         if k == "type":
             ta = [w] if isinstance(w, str) else list(w)
@@ -100,6 +112,20 @@ def _merge(a, b, path: str):
                 out[k] = w
             else:
                 raise GrammarError(f"allOf: cannot combine {k} ({path})")
+        elif k == "not":  # neither w nor v
+            out[k] = {"enum": _values(w) + _values(v)} if _listed(w, v) else {"anyOf": [w, v]}
+        elif k == "$ref":  # both targets apply (as allOf, below)
+            out["allOf"] = [*out.get("allOf", []), {"$ref": v}]
+        elif k == "allOf":
+            out[k] = [*w, *v]
+        elif k == "pattern":  # both must match: the second one kept aside for string_node
+            out["__patterns"] = [*out.get("__patterns", []), v]
+        elif k == "__patterns":
+            out[k] = [*w, *v]
+        elif k == "propertyNames":  # every key matches both
+            out[k] = _merge(w, v, path)
+        elif k == "multipleOf":
+            out[k] = _common_multiple(w, v, path)
         elif k in ("anyOf", "oneOf"):
             groups = list(out.pop("__alternatives", []))
             out["__alternatives"] = groups + [(k, w), (k, v)]
@@ -108,7 +134,33 @@ def _merge(a, b, path: str):
             raise GrammarError(f"allOf: cannot combine two different {k!r} ({path})")
     _restrict_to_additional(out, a, b, path)
     _restrict_to_additional(out, b, a, path)
+    if "$ref" in out and any(k in _ASSERTIONS for k in out if k != "$ref"):
+        # a $ref beside other keywords is ignored by drafts before 2019-09: through allOf the
+        # merged keywords apply in every draft
+        out["allOf"] = [{"$ref": out.pop("$ref")}, *out.get("allOf", [])]
     return out
+
+
+def _common_multiple(a, b, path: str):
+    """The least common multiple of two positive numbers (decimals read as written)."""
+    from fractions import Fraction
+
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or x <= 0 for x in (a, b)):
+        raise GrammarError(f"multipleOf must be a positive number ({path})")
+    fa, fb = (Fraction(repr(x)) if isinstance(x, float) else Fraction(x) for x in (a, b))
+    # lcm of p/q and r/s is lcm(p, r) / gcd(q, s) for fractions in lowest terms
+    p, r = fa.numerator, fb.numerator
+    common = Fraction(p * r // math.gcd(p, r), math.gcd(fa.denominator, fb.denominator))
+    return int(common) if common.denominator == 1 else float(common)
+
+
+def _listed(*schemas) -> bool:
+    """Each schema is a const or enum and nothing else."""
+    return all(isinstance(s, dict) and set(s) in ({"const"}, {"enum"}) for s in schemas)
+
+
+def _values(schema: dict) -> list:
+    return [schema["const"]] if "const" in schema else list(schema["enum"])
 
 
 def _restrict_to_additional(out: dict, a: dict, b: dict, path: str) -> None:

@@ -273,17 +273,19 @@ def string_node(schema: dict, path: str = "#") -> tuple:
         raise GrammarError(f"minLength/maxLength must be integers at {path}")
     if hi is not None and hi < lo:
         return NOTHING
-    pattern = schema.get("pattern")
+    patterns = tuple(schema.get("__patterns", ()))  # more patterns, left by merging allOf
+    if schema.get("pattern") is not None:
+        patterns = (schema["pattern"], *patterns)
     fmt = schema.get("format")
     if isinstance(fmt, str) and fmt in _UNENFORCED_FORMATS:
         raise GrammarError(f"format: {fmt!r} is not supported ({path})")
     if not isinstance(fmt, str) or (fmt not in _FORMATS and fmt not in _DOMAIN_FORMATS):
         fmt = None  # an unknown format is an annotation
-    if pattern is None and fmt is None:
+    if not patterns and fmt is None:
         if lo == 0 and hi is None:
             return cat(lit('"'), rep(_STRING_CHAR, 0, None), lit('"'))
         return cat(lit('"'), ("dfa", _length_dfa(lo, hi)), lit('"'))
-    body = _string_body(pattern, fmt, lo, hi)
+    body = _string_body(patterns, fmt, lo, hi)
     if body is None:
         raise GrammarError(
             f"maxLength: {hi} combined with pattern/format is too large to enforce ({path})"
@@ -292,10 +294,13 @@ def string_node(schema: dict, path: str = "#") -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def _string_body(pattern: str | None, fmt: str | None, lo: int, hi: int | None):
-    """The inside of a string matching `pattern` (search semantics) and `format`, of lo..hi
-    characters; None when maxLength is too large to enforce beside them."""
-    pattern_dfa = _pattern_dfa(pattern, True) if pattern is not None else None
+def _string_body(patterns: tuple, fmt: str | None, lo: int, hi: int | None):
+    """The inside of a string matching every one of `patterns` (search semantics) and
+    `format`, of lo..hi characters; None when maxLength is too large to enforce beside them."""
+    pattern_dfa = None
+    for pattern in patterns:
+        dfa = _pattern_dfa(pattern, True)
+        pattern_dfa = dfa if pattern_dfa is None else pattern_dfa.product(dfa, "and", limit=20_000)
     format_dfa = _format_dfa(fmt) if fmt is not None else None
     length_dfa = None
     if lo > 0 or hi is not None:

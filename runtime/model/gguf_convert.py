@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -115,25 +116,10 @@ def _hf_config(fields: dict, arch: str, has_output: bool) -> dict:
     return config
 
 
-def _unpermute_rotary(w: np.ndarray, n_heads: int) -> np.ndarray:
+def unpermute_rotary(w: np.ndarray, n_heads: int) -> np.ndarray:
     # llama.cpp interleaves each head's rotary halves; Hugging Face keeps them as two blocks.
     rows = w.shape[0]
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def read_gguf_weights(gguf_path: str, int4_blocks: bool = False):
-    """Yield (Hugging Face name, torch tensor or QuantizedTensor) straight from a GGUF file."""
-    import torch
-    from gguf import GGUFReader
-
-    reader = GGUFReader(gguf_path)
-    fields = {name: _field_value(f) for name, f in reader.fields.items()}
-    arch = fields["general.architecture"]
-    config = _hf_config(fields, arch, has_output=True)
-    for name, weight in iter_gguf_weights(reader, config, arch, int4_blocks):
-        if isinstance(weight, np.ndarray):
-            weight = torch.from_numpy(weight if weight.flags.writeable else weight.copy())
-        yield name, weight
 
 
 def gguf_matrix_types(gguf_path: str) -> list[str]:
@@ -148,6 +134,28 @@ def gguf_matrix_types(gguf_path: str) -> list[str]:
     ]
 
 
+def open_gguf(gguf_path: str):
+    """(reader, Hugging Face config, architecture) of a GGUF file, for iter_gguf_weights."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(gguf_path)
+    fields = {name: _field_value(f) for name, f in reader.fields.items()}
+    arch = fields["general.architecture"]
+    return reader, _hf_config(fields, arch, has_output=True), arch
+
+
+@dataclass
+class GGUFBlocks:
+    """A quantized GGUF matrix left as its raw blocks (a row of blocks per weight row);
+    `heads` is set when its rows must be un-permuted like a llama q/k projection."""
+
+    type_name: str
+    data: np.ndarray
+    rows: int
+    cols: int
+    heads: int | None
+
+
 def _write_weights(reader, config: dict, arch: str, path: str) -> None:
     from safetensors.numpy import save_file
 
@@ -155,13 +163,9 @@ def _write_weights(reader, config: dict, arch: str, path: str) -> None:
     save_file(tensors, path, metadata={"format": "pt"})
 
 
-# Tensor types whose blocks map exactly onto int4 groups of 32 (runtime/model/quantization.py).
-INT4_EXACT_TYPES = ("Q4_0", "Q4_1")
-
-
-def iter_gguf_weights(reader, config: dict, arch: str, int4_blocks: bool = False):
-    """Yield (Hugging Face name, weight) for every tensor of a GGUF file: float32 numpy arrays,
-    or, with `int4_blocks`, a QuantizedTensor for each Q4_0 / Q4_1 matrix (its own codes)."""
+def iter_gguf_weights(reader, config: dict, arch: str, keep_types: tuple[str, ...] = ()):
+    """Yield (Hugging Face name, weight) for every tensor of a GGUF file: a float32 numpy array,
+    or GGUFBlocks for a matrix whose type is in `keep_types`."""
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
@@ -184,15 +188,8 @@ def iter_gguf_weights(reader, config: dict, arch: str, int4_blocks: bool = False
             heads = config["num_attention_heads"]
         elif arch == "llama" and rest == "attn_k.weight":
             heads = config["num_key_value_heads"]
-        if int4_blocks and t.tensor_type.name in INT4_EXACT_TYPES and len(shape) == 2:
-            from runtime.model.quantization import QuantizedTensor, from_gguf_q4
-
-            q4 = from_gguf_q4(t.data, t.tensor_type.name, *shape)
-            if heads is not None:  # rows move whole, so the codes follow them
-                q4 = QuantizedTensor(
-                    "int4", *(_unpermute_torch(x, heads) for x in (q4.q, q4.scale, q4.zero))
-                )
-            yield name, q4
+        if t.tensor_type.name in keep_types and len(shape) == 2:
+            yield name, GGUFBlocks(t.tensor_type.name, t.data, *shape, heads)
             continue
         if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             array = np.asarray(t.data, dtype=np.float32)
@@ -200,14 +197,8 @@ def iter_gguf_weights(reader, config: dict, arch: str, int4_blocks: bool = False
             array = dequantize(t.data, t.tensor_type)
         array = np.ascontiguousarray(array.reshape(shape), dtype=np.float32)
         if heads is not None:
-            array = _unpermute_rotary(array, heads)
+            array = unpermute_rotary(array, heads)
         yield name, np.ascontiguousarray(array)
-
-
-def _unpermute_torch(x, n_heads: int):
-    import torch
-
-    return torch.from_numpy(np.ascontiguousarray(_unpermute_rotary(x.numpy(), n_heads)))
 
 
 def _write_tokenizer(fields: dict, reader, out_dir: str) -> None:

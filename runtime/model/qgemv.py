@@ -18,13 +18,26 @@ import tempfile
 import torch
 
 from runtime.model.loader import cache_root
-from runtime.model.quantization import unpack_int4
 
 logger = logging.getLogger(__name__)
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qgemv.c")
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
+GROUP = 32  # values per int4 group
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """[rows, cols] codes in [0, 15] -> [rows, cols // 2] bytes in the GGUF group layout."""
+    g = codes.view(codes.shape[0], -1, 2, GROUP // 2)
+    return (g[:, :, 0] | (g[:, :, 1] << 4)).reshape(codes.shape[0], -1)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    g = packed.view(packed.shape[0], -1, GROUP // 2)
+    return torch.stack([g & 15, g >> 4], dim=2).view(packed.shape[0], -1)
 
 
 def _cpu_flags() -> set[str]:

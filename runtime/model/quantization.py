@@ -24,11 +24,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-GROUP = 32
+from runtime.model import qgemv
+from runtime.model.qgemv import GROUP, pack_int4, unpack_int4
+
 # Rows up to which the weight-only kernels beat dequantize + dense GEMM on a 2-core AVX2 CPU
 # (576 x 3072 layer: int8 even at 64 rows, int4 loses past ~32).
 _KERNEL_ROWS = {"int8": 64, "int4": 32}
 _NATIVE_ROWS = 16
+_CHUNK_ROWS = 4096
 
 
 class QuantizationError(ValueError):
@@ -72,6 +75,8 @@ class QuantizedTensor:
 
 def quantize(w: torch.Tensor, kind: str) -> QuantizedTensor:
     """Round a float [rows, cols] weight to `kind` (symmetric int8 rows; min/max int4 groups)."""
+    if w.shape[0] > _CHUNK_ROWS:  # a large matrix (the embedding) a slice at a time
+        return concat_rows([quantize(part, kind) for part in w.split(_CHUNK_ROWS)])
     w = w.to(torch.float32)
     if kind == "int8":
         scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
@@ -88,17 +93,6 @@ def quantize(w: torch.Tensor, kind: str) -> QuantizedTensor:
     )
 
 
-def pack_int4(codes: torch.Tensor) -> torch.Tensor:
-    """[rows, cols] codes in [0, 15] -> [rows, cols // 2] bytes in the GGUF group layout."""
-    g = codes.view(codes.shape[0], -1, 2, GROUP // 2)
-    return (g[:, :, 0] | (g[:, :, 1] << 4)).reshape(codes.shape[0], -1)
-
-
-def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
-    g = packed.view(packed.shape[0], -1, GROUP // 2)
-    return torch.stack([g & 15, g >> 4], dim=2).view(packed.shape[0], -1)
-
-
 def from_gguf_q4(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> QuantizedTensor:
     """A GGUF Q4_0 / Q4_1 tensor (raw bytes, a row of blocks per weight row) as int4, exactly.
     Q4_0 block: f16 d, 16 bytes; Q4_1 block: f16 d, f16 m, 16 bytes."""
@@ -109,6 +103,35 @@ def from_gguf_q4(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> Qu
     q = torch.from_numpy(raw[:, :, head:].reshape(rows, cols // 2).copy())
     scale = torch.from_numpy(d)
     return QuantizedTensor("int4", q, scale, torch.from_numpy(m) + 8 * scale)
+
+
+# GGUF tensor types whose blocks map exactly onto int4 groups of 32.
+INT4_EXACT_TYPES = ("Q4_0", "Q4_1")
+
+
+def read_gguf_weights(gguf_path: str, kind: str):
+    """Yield (Hugging Face name, weight) straight from a GGUF file: a QuantizedTensor of the
+    file's own codes for each Q4_0 / Q4_1 matrix when `kind` is int4, else a float32 tensor."""
+    from runtime.model.gguf_convert import GGUFBlocks, iter_gguf_weights, open_gguf
+
+    reader, config, arch = open_gguf(gguf_path)
+    keep = INT4_EXACT_TYPES if kind == "int4" else ()
+    for name, weight in iter_gguf_weights(reader, config, arch, keep):
+        if isinstance(weight, GGUFBlocks):
+            yield name, _from_blocks(weight)
+        else:
+            yield name, torch.from_numpy(weight if weight.flags.writeable else weight.copy())
+
+
+def _from_blocks(blocks) -> QuantizedTensor:
+    from runtime.model.gguf_convert import unpermute_rotary
+
+    q4 = from_gguf_q4(blocks.data, blocks.type_name, blocks.rows, blocks.cols)
+    if blocks.heads is None:
+        return q4
+    # rows move whole, so their codes, scales and minimums follow them
+    parts = (unpermute_rotary(x.numpy(), blocks.heads) for x in (q4.q, q4.scale, q4.zero))
+    return QuantizedTensor("int4", *(torch.from_numpy(np.ascontiguousarray(x)) for x in parts))
 
 
 def concat_rows(parts: list[QuantizedTensor]) -> QuantizedTensor:
@@ -126,8 +149,6 @@ class QuantizedMatmul:
     dequantized weight for more than `kernel_rows` rows."""
 
     def __init__(self, w: QuantizedTensor):
-        from runtime.model import qgemv
-
         self.w = w
         lib = qgemv.load()
         self.native = qgemv.NativeMatmul(lib, w) if lib is not None else None

@@ -14,7 +14,7 @@ from runtime.model.attention.registry import create_attention_backend
 from runtime.model.config import ModelConfig
 from runtime.model.loader import gguf_file, iter_safetensors, resolve_model_path
 from runtime.model.models.llama import LlamaForCausalLM
-from runtime.model.quantization import QuantizationError
+from runtime.model.quantization import QuantizationError, read_gguf_weights
 from runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -118,9 +118,7 @@ class ModelRunner:
             self.config, self.config.max_position_embeddings, self.quantization
         )
         if self.quantization and self.gguf_path:
-            from runtime.model.gguf_convert import read_gguf_weights
-
-            weights = read_gguf_weights(self.gguf_path, int4_blocks=self.quantization == "int4")
+            weights = read_gguf_weights(self.gguf_path, self.quantization)
         else:
             weights = iter_safetensors(self.model_folder)
         model.load_weights(weights)

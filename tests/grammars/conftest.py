@@ -85,6 +85,14 @@ class Checker:
                 return False
         return m.accept_token(self.eos)
 
+    def check_schema(self, feature: str, schema: dict, valid: list, invalid: list) -> None:
+        """Every valid document accepted to the end, every invalid one refused somewhere."""
+        grammar = self.compiler.compile_json_schema(schema)
+        for doc in valid:
+            assert self.accepts(grammar, json.dumps(doc)), f"{feature}: valid {doc!r} refused"
+        for doc in invalid:
+            assert not self.accepts(grammar, json.dumps(doc)), f"{feature}: {doc!r} accepted"
+
 
 @pytest.fixture(scope="session")
 def checker(smollm2_tokenizer, compiler):

@@ -55,6 +55,41 @@ CASES = [
         [{"c": 1, "a": 2}, {"d": 1}, {"a": "x"}],
     ),
     (
+        "minProperties/maxProperties counting optional and extra members",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "minProperties": 1,
+            "maxProperties": 2,
+        },
+        [{"a": 1}, {"b": 2}, {"x": 3}, {"a": 1, "b": 2}, {"a": 1, "x": "y"}, {"x": 1, "y": 2}],
+        [{}, {"a": 1, "b": 2, "c": 3}, {"x": 1, "y": 2, "z": 3}, {"a": "no"}],
+    ),
+    (
+        "minProperties beyond the required ones",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a"],
+            "additionalProperties": False,
+            "minProperties": 2,
+        },
+        [{"a": 1, "b": 2}],
+        [{"a": 1}, {"b": 2}, {}],
+    ),
+    (
+        "propertyNames: named, pattern and additional keys",
+        {
+            "type": "object",
+            "properties": {"ok": {"type": "integer"}, "TOO_LONG": {}},
+            "patternProperties": {"^n_": {"type": "integer"}},
+            "propertyNames": {"pattern": "^[a-z_]+$", "maxLength": 5},
+        },
+        [{"ok": 1}, {"n_ab": 2}, {"abc": "x"}, {}],
+        [{"TOO_LONG": 1}, {"abcdef": 1}, {"Ab": 1}, {"n_a": "x"}, {"n_abcd": 1}],
+    ),
+    ("propertyNames false: only the empty object", {"propertyNames": False}, [{}, 1], [{"a": 1}]),
+    (
         "additionalProperties schema",
         {
             "type": "object",
@@ -281,13 +316,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("feature,schema,valid,invalid", CASES, ids=[c[0] for c in CASES])
-def test_schema_feature(compiler, checker, feature, schema, valid, invalid):
-    grammar = compiler.compile_json_schema(schema)
-    for doc in valid:
-        assert checker.accepts(grammar, json.dumps(doc)), f"{feature}: valid {doc!r} refused"
-    for doc in invalid:
-        text = json.dumps(doc)
-        assert not checker.accepts(grammar, text), f"{feature}: invalid {doc!r} accepted"
+def test_schema_feature(checker, feature, schema, valid, invalid):
+    checker.check_schema(feature, schema, valid, invalid)
 
 
 def test_whitespace_is_json_standard_and_compact_mode_is_exact(compiler, checker):
@@ -311,10 +341,10 @@ def test_strict_mode_forbids_unnamed_properties(compiler, checker):
 @pytest.mark.parametrize(
     "schema,keyword",
     [
-        ({"type": "object", "not": {"required": ["x"]}}, "not"),
+        ({"not": {"type": "string", "pattern": "a"}}, "not"),  # any value but those strings
         ({"type": "array", "uniqueItems": True}, "uniqueItems"),
-        ({"type": "object", "if": {}, "then": {}}, "if"),
-        ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames"),
+        ({"type": "object", "if": {"not": {"minLength": 2}}, "then": {}}, "not"),
+        ({"type": "object", "propertyNames": {"$ref": "#/x"}}, "$ref"),
         ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf"),
         ({"type": "string", "pattern": "(a)\\1"}, "pattern"),
         ({"$ref": "http://example.com/schema"}, "$ref"),
@@ -376,7 +406,7 @@ def test_not(compiler, checker):
     g = compiler.compile_json_schema({"type": ["integer", "null"], "not": {"type": "null"}})
     assert checker.accepts(g, "3") and not checker.accepts(g, "null")
     with pytest.raises(GrammarError, match="not"):
-        compiler.compile_json_schema({"not": {"required": ["a"]}})
+        compiler.compile_json_schema({"not": {"type": "object", "minProperties": 2}})
 
 
 def test_lengths_beyond_the_limit_raise_instead_of_weakening(compiler):
@@ -423,3 +453,132 @@ def test_all_of_merges_differing_extension_annotations(compiler):
     m = compiler.compile_json_schema(schema).matcher()
     assert m.accept_string('{"a": 1}')
     assert not compiler.compile_json_schema(schema).matcher().accept_string("{}")
+
+
+def test_property_counts_too_large_to_track_raise(compiler):
+    props = {f"p{i}": {"type": "integer"} for i in range(300)}
+    with pytest.raises(GrammarError, match="maxProperties"):
+        compiler.compile_json_schema({"type": "object", "properties": props, "maxProperties": 299})
+
+
+def test_all_of_combines_two_nots_two_refs_and_differing_annotations(compiler, checker):
+    schema = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "definitions": {
+            "short": {"type": "string", "maxLength": 3},
+            "lower": {"type": "string", "pattern": "^[a-z]*$"},
+        },
+        "allOf": [
+            {"$ref": "#/definitions/short", "not": {"enum": ["ab"]}, "_id": 1},
+            {"$ref": "#/definitions/lower", "not": {"enum": ["cd"]}, "_id": 2},
+        ],
+    }
+    grammar = compiler.compile_json_schema(schema)
+    for doc in ["abc", "", "x"]:
+        assert checker.accepts(grammar, json.dumps(doc)), doc
+    for doc in ["ab", "cd", "abcd", "ABC", 1]:
+        assert not checker.accepts(grammar, json.dumps(doc)), doc
+
+
+@pytest.mark.parametrize(
+    "schema, valid, invalid",
+    [
+        (  # both patterns must match
+            {"allOf": [{"type": "string", "pattern": "^a"}, {"pattern": "b$"}]},
+            ["ab", "axb"],
+            ["a", "b", "ba"],
+        ),
+        (  # multiples of both: of their least common multiple
+            {"allOf": [{"type": "number", "multipleOf": 0.5}, {"multipleOf": 0.75}]},
+            [0, 1.5, 3, -4.5],
+            [0.5, 0.75, 1, 2.25],
+        ),
+        (  # two conditions
+            {
+                "type": "integer",
+                "allOf": [
+                    {"if": {"minimum": 10}, "then": {"multipleOf": 2}},
+                    {"if": {"minimum": 20}, "then": {"multipleOf": 3}},
+                ],
+            },
+            [1, 3, 10, 12, 24],
+            [11, 21, 22],
+        ),
+        ({"allOf": [{"const": True}, {"const": 1}]}, [], [True, 1]),  # true is not 1
+        ({"type": "array", "uniqueItems": True, "maxItems": 1}, [[], [1]], [[1, 2]]),
+    ],
+)
+def test_all_of_merges_exactly(compiler, checker, schema, valid, invalid):
+    try:
+        grammar = compiler.compile_json_schema(schema)
+    except GrammarError:
+        assert not valid  # a schema no value matches
+        return
+    for doc in valid:
+        assert checker.accepts(grammar, json.dumps(doc)), doc
+    for doc in invalid:
+        assert not checker.accepts(grammar, json.dumps(doc)), doc
+
+
+def test_unique_items_over_a_few_constants_is_exact(compiler, checker):
+    schema = {
+        "type": "array",
+        "uniqueItems": True,
+        "items": {"enum": ["a", "b", 1, 1.0, True, None]},
+        "minItems": 1,
+        "maxItems": 3,
+    }
+    grammar = compiler.compile_json_schema(schema)
+    for doc in [["a"], ["b", "a"], [1, True, None], [None, "a", 1]]:
+        assert checker.accepts(grammar, json.dumps(doc)), doc
+    for doc in [[], ["a", "a"], [1, 1.0], ["a", "b", None, 1], [True, None, True], ["c"]]:
+        assert not checker.accepts(grammar, json.dumps(doc)), doc
+    both = compiler.compile_json_schema({"uniqueItems": True, "items": {"type": "boolean"}})
+    assert checker.accepts(both, "[true, false]") and checker.accepts(both, "[]")
+    assert not checker.accepts(both, "[false, false]")
+
+
+@pytest.mark.parametrize(
+    "items", [{"type": "string"}, {"enum": list(range(9))}, {"enum": [[1], [2]]}]
+)
+def test_unique_items_beyond_a_few_constants_raises(compiler, items):
+    with pytest.raises(GrammarError, match="uniqueItems"):
+        compiler.compile_json_schema({"type": "array", "uniqueItems": True, "items": items})
+
+
+ORDERED = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "null"}},
+    "required": ["a", "b"],
+}
+
+
+def test_property_order_any_accepts_every_order_once(compiler, checker):
+    grammar = compiler.compile_json_schema(ORDERED, property_order="any")
+    for doc in [
+        '{"a": 1, "b": "x"}',
+        '{"b": "x", "a": 1}',
+        '{"c": null, "b": "x", "extra": [1], "a": 1}',
+        '{"extra": 1, "a": 1, "b": "x"}',
+    ]:
+        assert checker.accepts(grammar, doc), doc
+    for doc in ['{"a": 1}', '{"b": "x", "a": 1, "a": 2}', '{"b": 1, "a": 1}', '{"c": 1}', "{}"]:
+        assert not checker.accepts(grammar, doc), doc
+    assert not checker.accepts(compiler.compile_json_schema(ORDERED), '{"b": "x", "a": 1}')
+    with pytest.raises(GrammarError, match="property_order"):
+        compiler.compile_json_schema(ORDERED, property_order="sorted")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.permutations(["a", "b", "c", "d", "e"]), st.integers(2, 5))
+def test_property_order_any_agrees_with_permutations(compiler, order, size):
+    schema = {
+        "type": "object",
+        "properties": {k: {"const": i} for i, k in enumerate("abcde")},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+    grammar = compiler.compile_json_schema(schema, property_order="any")
+    doc = {k: "abcde".index(k) for k in order[:size]}
+    m = grammar.matcher()
+    assert (m.accept_string(json.dumps(doc)) and m.is_completed()) == ("a" in doc)

@@ -75,19 +75,14 @@ class TorchAttentionBackend(AttentionBackend):
     @staticmethod
     def _decode(q, k_heads, v_heads, meta: _TorchMetadata) -> torch.Tensor:
         # Plain bmm over (kv head, request) pairs: torch's CPU flash kernel is slow for one query
-        # per request, and gathering each head's slots row-wise keeps every block BLAS-ready.
+        # per request; one gather per tensor over the head-major pool gives BLAS-ready blocks.
         batch, heads, dim = q.shape
         kv_heads = k_heads.shape[0]
         group = heads // kv_heads
         length = meta.decode_slots.shape[1]
         flat = meta.decode_slots.reshape(-1)
-        k = q.new_empty(kv_heads, batch * length, dim)
-        v = q.new_empty(kv_heads, batch * length, dim)
-        for h in range(kv_heads):
-            torch.index_select(k_heads[h], 0, flat, out=k[h])
-            torch.index_select(v_heads[h], 0, flat, out=v[h])
-        k = k.view(kv_heads * batch, length, dim)
-        v = v.view(kv_heads * batch, length, dim)
+        k = k_heads.index_select(1, flat).view(kv_heads * batch, length, dim)
+        v = v_heads.index_select(1, flat).view(kv_heads * batch, length, dim)
         qg = (
             q.view(batch, kv_heads, group, dim)
             .transpose(0, 1)

@@ -1,0 +1,201 @@
+"""oneOf: proofs that two branches share no value, and branches narrowed until they share none.
+
+A oneOf is enforced as an anyOf of its branches, which is exact only when no value matches two
+of them. Where that cannot be proved, the branches are narrowed (`separated_branches`) so that
+every value a narrowed branch admits matches no other original branch: sound, and exact except
+for the documented key restriction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from grammars.budget import checkpoint
+from grammars.json_schema.constants import common_values, scalar_keys
+from grammars.json_schema.core import (
+    _TYPE_KEYWORDS,
+    _constants,
+    _types_of,
+    _value_types,
+)
+
+_ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
+# keywords that constrain values of every type (or whose effect is not read here)
+_GENERAL = frozenset(
+    {"const", "enum", "allOf", "anyOf", "oneOf", "not", "$ref", "__alternatives"}
+    | {"if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas"}
+)
+_OBJECT_ONLY = frozenset({"dependencies", "dependentRequired", "dependentSchemas"})
+
+
+def admitted_types(schema) -> frozenset | None:
+    """The JSON types ("integer" folded into "number") of the values a schema may admit; None
+    when combinators make that unknown."""
+    if schema is False:
+        return frozenset()
+    if schema is True:
+        return _ALL_TYPES
+    if not isinstance(schema, dict):
+        return None
+    known = _value_types(schema)
+    if known is not None:
+        return frozenset(known)
+    types = _types_of(schema)
+    if types is not None:  # "type" holds beside any combinator
+        return frozenset("number" if t == "integer" else t for t in types)
+    if any(k in schema for k in _GENERAL - _OBJECT_ONLY):
+        return None
+    return _ALL_TYPES
+
+
+def _unconstrained(schema: dict, t: str) -> bool:
+    """Every value of type `t` matches the schema (no keyword constrains that type)."""
+    types = _types_of(schema)
+    if types is not None and t not in types:  # "integer" alone is not every number
+        return False
+    own = set(_TYPE_KEYWORDS.get(t, ()))
+    if t == "object":
+        own |= _OBJECT_ONLY
+    return not any(k in own or (k in _GENERAL and k not in _OBJECT_ONLY) for k in schema)
+
+
+class OneOfProofs:
+    """Disjointness of schemas, with `deref` resolving $refs and `strict` the compile's default
+    for additionalProperties."""
+
+    def __init__(self, deref: Callable, search: Callable, strict: bool):
+        self.deref, self.search, self.strict = deref, search, strict
+
+    def overlapping(self, branches: list) -> list[int]:
+        """The branches that may share a value with another one (to be checked exactly);
+        branches of scalar constants are told apart by their constants alone."""
+        keys = [scalar_keys(b) for b in branches]
+        owners: dict = {}  # constant -> how many branches name it
+        for ks in keys:
+            for k in ks or ():
+                owners[k] = owners.get(k, 0) + 1
+        general = [j for j, ks in enumerate(keys) if ks is None]
+        out = []
+        for i, ks in enumerate(keys):
+            checkpoint()
+            if ks is not None and any(owners[k] > 1 for k in ks):
+                out.append(i)
+                continue
+            others = general if ks is not None else range(len(branches))
+            a = branches[i]
+            if any(j != i and not self.disjoint(a, branches[j]) for j in others):
+                out.append(i)
+        return out
+
+    def disjoint(self, a, b) -> bool:
+        """True when no value can match both schemas: by type, by const/enum, or, for objects
+        only, by a required property whose constants differ or that the other one forbids."""
+        a, b = self.deref(a), self.deref(b)
+        if a is False or b is False:
+            return True
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            return False
+        ca, cb = _constants(a), _constants(b)
+        if ca is not None and cb is not None and not common_values(ca, cb):
+            return True
+        ta, tb = admitted_types(a), admitted_types(b)
+        if ta is None or tb is None:
+            return False
+        common = ta & tb
+        return not common or (common == {"object"} and self._objects_disjoint(a, b))
+
+    def _objects_disjoint(self, a: dict, b: dict) -> bool:
+        if self._refuses_required(a, b) or self._refuses_required(b, a):
+            return True
+        pa, pb = a.get("properties") or {}, b.get("properties") or {}
+        for name in set(a.get("required") or []) & set(b.get("required") or []):
+            if name in pa and name in pb:
+                va, vb = self.deref(pa[name]), self.deref(pb[name])
+                if isinstance(va, dict) and isinstance(vb, dict):
+                    ca, cb = _constants(va), _constants(vb)
+                    if ca is not None and cb is not None and not common_values(ca, cb):
+                        return True
+        return False
+
+    def _refuses_required(self, a: dict, b: dict) -> bool:
+        """`a` forbids a property that `b` requires."""
+        return any(self.forbids(a, name) for name in b.get("required") or [])
+
+    def forbids(self, schema: dict, name: str) -> bool:
+        """No object matching `schema` holds the property `name`."""
+        props = schema.get("properties") or {}
+        if name in props:
+            return props[name] is False
+        patterns = schema.get("patternProperties") or {}
+        if any(self.search(p, name) for p in patterns):
+            return False
+        additional = schema.get("additionalProperties")
+        return self.strict if additional is None else additional is False
+
+    def separated_branches(self, branches: list) -> list | None:
+        """The branches narrowed so that a value admitted by one matches no other original
+        branch, or None where that cannot be done: a type both admit without constraining it
+        is dropped from both (its values all match two branches: exact); of two object
+        branches each requiring a property the other does not, each is made to refuse the
+        other's (a restriction: an object holding both matches neither). Decisions are taken
+        on the original branches, so each narrowing stays valid against the others."""
+        bs = [self.deref(b) for b in branches]
+        drop: list[set] = [set() for _ in bs]
+        refuse: list[set] = [set() for _ in bs]
+        for i in range(len(bs)):
+            for j in range(i + 1, len(bs)):
+                checkpoint()
+                if self.disjoint(bs[i], bs[j]):
+                    continue
+                split = self._separation(bs[i], bs[j])
+                if split is None:
+                    return None
+                types, key_i, key_j = split
+                drop[i] |= types
+                drop[j] |= types
+                if key_i is not None:
+                    refuse[i].add(key_i)
+                    refuse[j].add(key_j)
+        out = []
+        for b, types, keys in zip(bs, drop, refuse):
+            out.append(_narrowed(b, types, keys) if types or keys else None)
+        return out
+
+    def _separation(self, a, b):
+        """(types to drop from both, property `a` must refuse, property `b` must refuse) that
+        make a and b disjoint, or None."""
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            return None
+        ta, tb = admitted_types(a), admitted_types(b)
+        if ta is None or tb is None:
+            return None
+        common = ta & tb
+        shared = {t for t in common if t != "object"}
+        if not all(_unconstrained(a, t) and _unconstrained(b, t) for t in shared):
+            return None
+        if "object" not in common or self._objects_disjoint(a, b):
+            return shared, None, None
+        req_a, req_b = list(a.get("required") or []), list(b.get("required") or [])
+        only_b = [k for k in req_b if k not in req_a]
+        only_a = [k for k in req_a if k not in req_b]
+        if not only_a or not only_b:
+            return None
+        return shared, _least_used(a, only_b), _least_used(b, only_a)
+
+
+def _least_used(schema: dict, names: list) -> str:
+    """Of `names`, one the schema does not name among its properties, if any (refusing it
+    costs the schema nothing it describes)."""
+    props = schema.get("properties") or {}
+    return next((n for n in names if n not in props), names[0])
+
+
+def _narrowed(schema: dict, types: set, keys: set) -> dict:
+    out = dict(schema)
+    if types:
+        kept = admitted_types(schema) - types
+        explicit = _types_of(schema) or sorted(kept)
+        out["type"] = [t for t in explicit if ("number" if t == "integer" else t) in kept]
+    if keys:
+        out["properties"] = {**(schema.get("properties") or {}), **dict.fromkeys(keys, False)}
+    return out

@@ -1,0 +1,93 @@
+"""Number bounds and multipleOf with decimal values: exact against decimal arithmetic (numbers
+with bounds or multipleOf are written without an exponent)."""
+
+import json
+import re
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grammars import GrammarError
+
+_PLAIN = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
+
+
+def _accepts(grammar, text: str) -> bool:
+    m = grammar.matcher()
+    return m.accept_string(text) and m.is_completed()
+
+
+CASES = [
+    # (schema, valid documents, invalid documents), checked token by token
+    ({"type": "number", "minimum": 0.5}, [0.5, 0.51, 1, 100.25], [0.49, 0, -1, "0.5"]),
+    ({"type": "number", "exclusiveMaximum": -1.25}, [-1.26, -2, -100.5], [-1.25, -1, 0, 3]),
+    ({"type": "number", "minimum": -0.5, "maximum": 0.25}, [-0.5, 0, 0.25, -0.1], [0.26, -0.51]),
+    ({"type": "number", "multipleOf": 0.01}, [1, 0.5, 2.75, -3.1, 100], [0.001, 1.005, "1"]),
+    ({"type": "number", "multipleOf": 2.5, "minimum": 0}, [0, 2.5, 5, 7.5, 100], [1, 2.4, -5]),
+    ({"type": "integer", "multipleOf": 0.5}, [0, 1, -7, 12], [0.5, 1.5]),
+    ({"type": "number", "multipleOf": 3}, [0, 3, -9, 300], [1, 1.5, 4]),
+]
+
+
+@pytest.mark.parametrize("schema,valid,invalid", CASES)
+def test_decimal_keywords(compiler, checker, schema, valid, invalid):
+    grammar = compiler.compile_json_schema(schema)
+    for doc in valid:
+        assert checker.accepts(grammar, json.dumps(doc)), (schema, doc)
+    for doc in invalid:
+        assert not checker.accepts(grammar, json.dumps(doc)), (schema, doc)
+
+
+_BOUNDS = st.one_of(
+    st.integers(-300, 300), st.integers(-30000, 30000).map(lambda n: n / 100), st.none()
+)
+_TEXTS = st.builds(
+    lambda sign, whole, frac: sign + str(whole) + ("." + frac if frac else ""),
+    st.sampled_from(["", "-"]),
+    st.integers(0, 400),
+    st.text("0123456789", max_size=4),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_BOUNDS, st.booleans(), _BOUNDS, st.booleans(), st.lists(_TEXTS, min_size=20))
+def test_number_bounds_agree_with_decimal_arithmetic(compiler, lo, lo_ex, hi, hi_ex, texts):
+    schema = {"type": "number"}
+    if lo is not None:
+        schema["exclusiveMinimum" if lo_ex else "minimum"] = lo
+    if hi is not None:
+        schema["exclusiveMaximum" if hi_ex else "maximum"] = hi
+    if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_ex or hi_ex))):
+        with pytest.raises(GrammarError):  # no number at all
+            compiler.compile_json_schema(schema)
+        return
+    grammar = compiler.compile_json_schema(schema)
+    for text in texts + [repr(lo), repr(hi), "0", "0.0", "-0.5"]:
+        if not _PLAIN.fullmatch(text) or (text.startswith("-") and Decimal(text) == 0):
+            continue  # "-0" is not written, a restriction
+        v = Decimal(text)
+        ok = (lo is None or (v > Decimal(repr(lo)) if lo_ex else v >= Decimal(repr(lo)))) and (
+            hi is None or (v < Decimal(repr(hi)) if hi_ex else v <= Decimal(repr(hi)))
+        )
+        assert _accepts(grammar, text) == ok, (schema, text)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from([0.5, 0.01, 0.25, 2.5, 0.1, 1.5, 7, 0.05, 12.5, 0.001, 1e-5]),
+    st.lists(_TEXTS, min_size=30),
+)
+def test_multiple_of_agrees_with_decimal_arithmetic(compiler, k, texts):
+    grammar = compiler.compile_json_schema({"type": "number", "multipleOf": k})
+    for text in texts:
+        ok = Decimal(text) % Decimal(repr(k)) == 0
+        assert _accepts(grammar, text) == ok, (k, text)
+
+
+def test_multiple_of_with_many_significant_digits_raises(compiler):
+    with pytest.raises(GrammarError, match="multipleOf"):
+        compiler.compile_json_schema({"type": "number", "multipleOf": 0.12345})
+    with pytest.raises(GrammarError, match="multipleOf"):
+        compiler.compile_json_schema({"type": "number", "multipleOf": -2})

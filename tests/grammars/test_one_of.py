@@ -1,0 +1,110 @@
+"""oneOf: exact where branches are disjoint, narrowed soundly where object branches could
+overlap; a value matching two branches is never accepted."""
+
+import json
+
+import pytest
+
+from grammars import GrammarError
+
+AB = {
+    "oneOf": [
+        {"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+        {"properties": {"b": {"type": "string"}}, "required": ["b"]},
+    ]
+}
+
+CASES = [
+    # (feature, schema, valid documents accepted, documents refused)
+    (
+        "untyped branches: non-objects match both",
+        AB,
+        [{"a": 1}, {"b": "x"}, {"a": 1, "c": [2]}, {"b": "x", "c": None}],
+        # {"a": 1, "b": "x"} matches both; {"a": "x", "b": 1} matches neither (refused by
+        # the restriction too); scalars match both branches
+        [{"a": 1, "b": "x"}, {}, "s", 1, None, [1], {"a": "x"}],
+    ),
+    (
+        "a required key the other branch forbids",
+        {
+            "type": "object",
+            "oneOf": [
+                {"properties": {"names": {"type": "array"}}, "required": ["names"]},
+                {"properties": {"name": {"type": "string"}}, "additionalProperties": False},
+            ],
+        },
+        [{"names": []}, {"name": "x"}, {}, {"names": [1], "name": 2}],
+        [{"names": "x"}, {"name": 1}, {"other": 1}, "x"],
+    ),
+    (
+        "discriminator without type",
+        {
+            "oneOf": [
+                {"properties": {"kind": {"const": "a"}}, "required": ["kind"]},
+                {"properties": {"kind": {"const": "b"}}, "required": ["kind"]},
+            ]
+        },
+        [{"kind": "a"}, {"kind": "b", "x": 1}],
+        [{"kind": "c"}, {}, "a", 3, None],
+    ),
+    (
+        "a type both leave unconstrained is dropped from both",
+        {"oneOf": [{"type": ["string", "integer"]}, {"type": ["string", "boolean"]}]},
+        [1, True, False, -4],
+        ["x", "", None, 1.5],
+    ),
+    (
+        "three object branches, base keywords merged in",
+        {
+            "type": "object",
+            "properties": {"r": {"type": "number"}, "w": {"type": "number"}},
+            "oneOf": [{"required": ["r"]}, {"required": ["w"]}, {"required": ["h"]}],
+        },
+        [{"r": 1}, {"w": 2.5}, {"h": 3}],
+        [{"r": 1, "w": 2}, {"w": 1, "h": 1}, {}, {"r": "x"}],
+    ),
+]
+
+
+@pytest.mark.parametrize("feature,schema,valid,invalid", CASES, ids=[c[0] for c in CASES])
+def test_one_of(checker, feature, schema, valid, invalid):
+    checker.check_schema(feature, schema, valid, invalid)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"oneOf": [{"type": "integer"}, {"type": "number"}]},  # integers match both
+        {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]},
+        # the second branch's objects all match the first: no key tells them apart
+        {
+            "oneOf": [
+                {"type": "object", "required": ["a"]},
+                {"type": "object", "required": ["a", "b"]},
+            ]
+        },
+        {"oneOf": [{"required": ["a"]}, {"anyOf": [{"type": "string"}, {"required": ["b"]}]}]},
+    ],
+)
+def test_overlap_that_cannot_be_separated_raises(compiler, schema):
+    with pytest.raises(GrammarError, match="oneOf"):
+        compiler.compile_json_schema(schema)
+
+
+def test_separated_branches_never_accept_a_value_of_two(compiler, checker):
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
+    }
+    grammar = compiler.compile_json_schema(schema)
+    for a in (None, 1, "x"):
+        for b in (None, 2, "y"):
+            doc = {k: v for k, v in (("a", a), ("b", b)) if v is not None}
+            matches = sum(
+                1
+                for key in ("a", "b")
+                if key in doc and all(isinstance(v, int) for v in doc.values())
+            )
+            if checker.accepts(grammar, json.dumps(doc)):
+                assert matches == 1, doc
