@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define GROUP 32
 
@@ -192,5 +193,47 @@ void rotary_inplace(float *qkv, int64_t stride, int64_t rows, int64_t heads, int
         x[i + half] = b * c[i + half] + a * s[i + half];
       }
     }
+  }
+}
+
+static inline float dot(const float *a, const float *b, int64_t dim) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < dim; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  return hsum(acc);
+}
+
+// Attention of one new token per request over its cached tokens, read in place from the
+// head-major pool (k, v: [kv_heads, pool_slots, dim]); slots [batch, lmax] lists each
+// request's KV slots, of which the first lens[b] count. q: [batch, heads, dim] rows of stride
+// q_stride; out: [batch, heads, dim]. dim must be a multiple of 8.
+void decode_attention(const float *q, int64_t q_stride, const float *k, const float *v,
+                      int64_t pool_slots, const int64_t *slots, int64_t lmax,
+                      const int64_t *lens, int64_t batch, int64_t heads, int64_t kv_heads,
+                      int64_t dim, float scale, float *out, int threads) {
+  int64_t group = heads / kv_heads;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t pair = 0; pair < batch * kv_heads; pair++) {
+    int64_t b = pair / kv_heads, h = pair % kv_heads, len = lens[b];
+    const int64_t *s = slots + b * lmax;
+    const float *kh = k + h * pool_slots * dim, *vh = v + h * pool_slots * dim;
+    float *scores = (float *)malloc(sizeof(float) * group * len);
+    for (int64_t g = 0; g < group; g++) {
+      const float *qg = q + b * q_stride + (h * group + g) * dim;
+      float *sg = scores + g * len, top = -INFINITY, total = 0.0f;
+      for (int64_t j = 0; j < len; j++) {
+        sg[j] = dot(qg, kh + s[j] * dim, dim) * scale;
+        top = sg[j] > top ? sg[j] : top;
+      }
+      for (int64_t j = 0; j < len; j++) total += (sg[j] = expf(sg[j] - top));
+      float *o = out + (b * heads + h * group + g) * dim;
+      for (int64_t i = 0; i < dim; i++) o[i] = 0.0f;
+      for (int64_t j = 0; j < len; j++) {
+        const float *vj = vh + s[j] * dim;
+        float p = sg[j] / total;
+        for (int64_t i = 0; i < dim; i++) o[i] += p * vj[i];
+      }
+    }
+    free(scores);
   }
 }

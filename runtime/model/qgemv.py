@@ -83,6 +83,8 @@ def load() -> ctypes.CDLL | None:
     lib.int8_dequantize.argtypes = [_P, _P, _I64, _I64, _P, _INT]
     lib.rms_norm.argtypes = [_P, _I64, _P, _I64, _I64, ctypes.c_float, _P]
     lib.rotary_inplace.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P]
+    lib.decode_attention.argtypes = [_P, _I64, _P, _P, _I64, _P, _I64, _P, _I64, _I64, _I64]
+    lib.decode_attention.argtypes += [_I64, ctypes.c_float, _P, _INT]
     return lib
 
 
@@ -119,6 +121,40 @@ def rotary_inplace(
         _ptr(qk), qk.stride(0), qk.shape[0], heads, dim, _ptr(positions), _ptr(cos), _ptr(sin)
     )
     return True
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_heads: torch.Tensor,
+    v_heads: torch.Tensor,
+    slots: torch.Tensor,
+    lens: torch.Tensor,
+) -> torch.Tensor | None:
+    """One query per request over its cached K/V read in place from the head-major pool
+    ([kv_heads, pool slots, dim]); q [batch, heads, dim] float32. None when the kernel does not
+    apply (another dtype or device, a head_dim not a multiple of 8)."""
+    lib = load()
+    batch, heads, dim = q.shape
+    if (
+        lib is None
+        or q.dtype != torch.float32
+        or k_heads.dtype != torch.float32
+        or q.device.type != "cpu"
+        or dim % 8
+        or q.stride(2) != 1
+        or q.stride(1) != dim
+        or not (k_heads.is_contiguous() and v_heads.is_contiguous())
+    ):
+        return None
+    slots = slots.to(torch.int64).contiguous()
+    lens = lens.to(torch.int64).contiguous()
+    out = torch.empty(batch, heads, dim)
+    lib.decode_attention(
+        _ptr(q), q.stride(0), _ptr(k_heads), _ptr(v_heads), k_heads.shape[1],
+        _ptr(slots), slots.shape[1], _ptr(lens), batch, heads, k_heads.shape[0], dim,
+        dim**-0.5, _ptr(out), torch.get_num_threads(),
+    )  # fmt: skip
+    return out
 
 
 class NativeMatmul:

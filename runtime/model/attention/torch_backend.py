@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from runtime.model import qgemv
 from runtime.model.attention.base import AttentionBackend, ForwardBatch
 
 
@@ -14,6 +15,7 @@ from runtime.model.attention.base import AttentionBackend, ForwardBatch
 class _TorchMetadata:
     decode_rows: torch.Tensor | None  # rows of q that are decodes
     decode_slots: torch.Tensor | None  # [B, Lmax] KV slots, padded with slot 0
+    decode_lens: torch.Tensor | None  # [B] cached tokens of each decode
     decode_mask: torch.Tensor | None  # [KVH * B, 1, Lmax] True where padding; None if none
     extends: list[tuple[int, int, torch.Tensor, torch.Tensor | None]]  # q start, end, slots, mask
 
@@ -40,13 +42,14 @@ class TorchAttentionBackend(AttentionBackend):
                     mask = kv_pos[None, :] <= (prefix + torch.arange(ext))[:, None]
                 extends.append((start, start + ext, slots, mask))
             start += ext
-        meta = _TorchMetadata(None, None, None, extends)
+        meta = _TorchMetadata(None, None, None, None, extends)
         if decode_reqs:
             lens = torch.tensor([batch.seq_lens[i] for i in decode_reqs])
             lmax = int(lens.max())
             rows = torch.tensor([batch.req_pool_indices[i] for i in decode_reqs])
             valid = torch.arange(lmax)[None, :] < lens[:, None]
             meta.decode_rows = torch.tensor(decode_rows)
+            meta.decode_lens = lens
             meta.decode_slots = table[rows, :lmax].long() * valid
             if not bool(valid.all()):
                 kv_heads = self.kv_pool.k_heads[0].shape[0]
@@ -76,6 +79,9 @@ class TorchAttentionBackend(AttentionBackend):
     def _decode(q, k_heads, v_heads, meta: _TorchMetadata) -> torch.Tensor:
         # Plain bmm over (kv head, request) pairs: torch's CPU flash kernel is slow for one query
         # per request; one gather per tensor over the head-major pool gives BLAS-ready blocks.
+        native = qgemv.decode_attention(q, k_heads, v_heads, meta.decode_slots, meta.decode_lens)
+        if native is not None:  # one call, K/V read in place (float32 on a CPU)
+            return native
         batch, heads, dim = q.shape
         kv_heads = k_heads.shape[0]
         group = heads // kv_heads

@@ -182,3 +182,49 @@ def _greedy(runner: DirectRunner, name: str, prompt: list[int], n: int) -> list[
         (logits,) = runner.forward([(name, out[-1:], len(prompt) + i)])
         out.append(int(logits[-1].argmax()))
     return out
+
+
+@native
+def test_native_decode_attention_matches_the_torch_path(monkeypatch):
+    """The one-call decode attention against the gather + bmm path, ragged cached lengths, GQA."""
+    from runtime.cache.memory_pool import ReqToTokenPool, TokenToKVPool
+    from runtime.model.attention.base import ForwardBatch
+    from runtime.model.attention.torch_backend import TorchAttentionBackend
+
+    torch.manual_seed(0)
+    heads, kv_heads, dim, lens = 6, 2, 16, [1, 7, 30]
+    reqs = ReqToTokenPool(4, 64)
+    kv = TokenToKVPool(200, 1, kv_heads, dim, torch.float32)
+    rows = [reqs.alloc() for _ in lens]
+    for row, n in zip(rows, lens):
+        slots = kv.alloc(n)
+        reqs.req_to_token[row, :n] = slots.int()
+        kv.set_kv(
+            0, slots[:-1], torch.randn(n - 1, kv_heads, dim), torch.randn(n - 1, kv_heads, dim)
+        )
+    new = reqs.req_to_token[rows, [n - 1 for n in lens]].long()
+    batch = ForwardBatch(
+        input_ids=torch.zeros(3, dtype=torch.long),
+        positions=torch.tensor([n - 1 for n in lens]),
+        out_cache_loc=new,
+        req_pool_indices=rows,
+        extend_lens=[1, 1, 1],
+        seq_lens=lens,
+        logit_rows=torch.arange(3),
+    )
+    q, k, v = (
+        torch.randn(3, heads, dim),
+        torch.randn(3, kv_heads, dim),
+        torch.randn(3, kv_heads, dim),
+    )
+    backend = TorchAttentionBackend(reqs, kv)
+    backend.init_forward_metadata(batch)
+    ours = backend.forward(q, k, v, 0, batch)
+    meta = batch.metadata
+    assert (
+        qgemv.decode_attention(q, kv.k_heads[0], kv.v_heads[0], meta.decode_slots, meta.decode_lens)
+        is not None
+    )
+    monkeypatch.setattr(qgemv, "decode_attention", lambda *a: None)
+    reference = backend.forward(q, k, v, 0, batch)
+    assert torch.allclose(ours, reference, atol=1e-5)
