@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GROUP 32
 
@@ -236,4 +237,22 @@ void decode_attention(const float *q, int64_t q_stride, const float *k, const fl
     }
     free(scores);
   }
+}
+
+// k/v rows [tokens, kv_heads, dim] (row stride `stride`) into the head-major pool at `slots`.
+void write_kv(const float *rows, int64_t stride, int64_t tokens, int64_t kv_heads, int64_t dim,
+              const int64_t *slots, int64_t pool_slots, float *pool) {
+  for (int64_t t = 0; t < tokens; t++)
+    for (int64_t h = 0; h < kv_heads; h++)
+      memcpy(pool + (h * pool_slots + slots[t]) * dim, rows + t * stride + h * dim,
+             sizeof(float) * dim);
+}
+
+// silu(gate) * up for rows of [gate | up] (width 2 * inter): out [rows, inter].
+void silu_mul(const float *x, int64_t rows, int64_t inter, float *out) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t i = 0; i < inter; i++) {
+      float g = x[r * 2 * inter + i];
+      out[r * inter + i] = g / (1.0f + expf(-g)) * x[r * 2 * inter + inter + i];
+    }
 }

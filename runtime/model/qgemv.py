@@ -85,6 +85,8 @@ def load() -> ctypes.CDLL | None:
     lib.rotary_inplace.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P]
     lib.decode_attention.argtypes = [_P, _I64, _P, _P, _I64, _P, _I64, _P, _I64, _I64, _I64]
     lib.decode_attention.argtypes += [_I64, ctypes.c_float, _P, _INT]
+    lib.write_kv.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _I64, _P]
+    lib.silu_mul.argtypes = [_P, _I64, _I64, _P]
     return lib
 
 
@@ -121,6 +123,40 @@ def rotary_inplace(
         _ptr(qk), qk.stride(0), qk.shape[0], heads, dim, _ptr(positions), _ptr(cos), _ptr(sin)
     )
     return True
+
+
+def write_kv(pool: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> bool:
+    """pool[:, slots] = rows for a head-major float32 pool [kv_heads, pool slots, dim] and rows
+    [tokens, kv_heads, dim] with contiguous heads; False, untouched, where that does not apply."""
+    lib = load()
+    if (
+        lib is None
+        or rows.dtype != torch.float32
+        or pool.dtype != torch.float32
+        or rows.device.type != "cpu"
+        or not pool.is_contiguous()
+        or rows.stride(2) != 1
+        or rows.stride(1) != rows.shape[2]
+        or slots.dtype != torch.int64
+        or not slots.is_contiguous()
+    ):
+        return False
+    tokens, kv_heads, dim = rows.shape
+    lib.write_kv(
+        _ptr(rows), rows.stride(0), tokens, kv_heads, dim, _ptr(slots), pool.shape[1], _ptr(pool)
+    )
+    return True
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
+    """silu(gate) * up of float32 rows [n, 2 * inter] in one call, or None."""
+    lib = load()
+    if lib is None or not (_rows_ok(gate_up) and gate_up.is_contiguous()):
+        return None
+    rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(rows, inter)
+    lib.silu_mul(_ptr(gate_up), rows, inter, _ptr(out))
+    return out
 
 
 def decode_attention(

@@ -57,8 +57,10 @@ class TorchAttentionBackend(AttentionBackend):
         batch.metadata = meta
 
     def forward(self, q, k, v, layer, batch):
-        self.kv_pool.set_kv(layer, batch.out_cache_loc, k, v)
         k_heads, v_heads = self.kv_pool.k_heads[layer], self.kv_pool.v_heads[layer]
+        loc = batch.out_cache_loc
+        if not (qgemv.write_kv(k_heads, loc, k) and qgemv.write_kv(v_heads, loc, v)):
+            self.kv_pool.set_kv(layer, loc, k, v)
         meta: _TorchMetadata = batch.metadata
         if not meta.extends:  # all decodes, in row order
             return self._decode(q, k_heads, v_heads, meta).reshape(q.shape[0], -1)

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runtime.model import qgemv
 from runtime.model.attention.base import AttentionBackend, ForwardBatch
 from runtime.model.config import ModelConfig
 from runtime.model.layers import (
@@ -68,8 +69,12 @@ class MLP(nn.Module):
         )
 
     def forward(self, x):
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        gate_up = self.gate_up_proj(x)
+        act = qgemv.silu_mul(gate_up)  # one native call on float32 CPU rows
+        if act is None:
+            gate, up = gate_up.chunk(2, dim=-1)
+            act = F.silu(gate) * up
+        return self.down_proj(act)
 
 
 class DecoderLayer(nn.Module):

@@ -77,7 +77,7 @@ def test_every_matmul_path_matches_the_dense_product(kind, use_native, monkeypat
 
 
 @native
-def test_native_rms_norm_and_rotary_match_torch():
+def test_native_norm_rotary_activation_and_kv_write_match_torch():
     from runtime.model.config import RopeConfig
 
     torch.manual_seed(0)
@@ -101,6 +101,14 @@ def test_native_rms_norm_and_rotary_match_torch():
     k_ours = qkv[:, heads * dim : (heads + kv_heads) * dim].view(3, kv_heads, dim)
     assert torch.allclose(k_ours, k_ref, atol=1e-5)
     assert torch.equal(qkv[:, (heads + kv_heads) * dim :], v_before)  # v untouched
+
+    gate_up = torch.randn(3, 2 * 40)
+    gate, up = gate_up.chunk(2, dim=-1)
+    assert torch.allclose(qgemv.silu_mul(gate_up), torch.nn.functional.silu(gate) * up, atol=1e-6)
+    pool, rows, slots = torch.zeros(2, 20, 16), torch.randn(4, 2, 16), torch.tensor([2, 7, 1, 19])
+    expected = pool.clone()
+    expected.transpose(0, 1)[slots] = rows
+    assert qgemv.write_kv(pool, slots, rows) and torch.equal(pool, expected)
 
 
 def test_auto_keeps_the_files_precision_on_the_cpu_only():
