@@ -221,7 +221,8 @@ def run_scheduler_process(
             "chunked prefill %d, jump-forward %s, JSON whitespace %s",
             args.model_path,
             sch.runner.device,
-            str(sch.runner.dtype).removeprefix("torch."),
+            str(sch.runner.dtype).removeprefix("torch.")
+            + (f"; {sch.runner.quantization} weights" if sch.runner.quantization else ""),
             sch.context_length,
             sch.kv_pool.size,
             "no prefix cache" if args.disable_radix_cache else "radix cache",

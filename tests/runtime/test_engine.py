@@ -18,7 +18,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def engine():
-    e = Engine(model_path="smollm2", dtype="float32", max_total_tokens=8192)
+    e = Engine(model_path="smollm2", dtype="float32", quantization="none", max_total_tokens=8192)
     yield e
     e.shutdown()
 
