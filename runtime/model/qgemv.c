@@ -256,3 +256,29 @@ void silu_mul(const float *x, int64_t rows, int64_t inter, float *out) {
       out[r * inter + i] = g / (1.0f + expf(-g)) * x[r * 2 * inter + inter + i];
     }
 }
+
+// The entry points: y [rows, n] = x [rows, k] (float) @ w.T, activations rounded inside.
+static int16_t *round_activations(const float *x, int64_t rows, int64_t k, float **xs,
+                                  float **xsum) {
+  int16_t *xq = (int16_t *)malloc(sizeof(int16_t) * rows * k);
+  *xs = (float *)malloc(sizeof(float) * rows * (k / GROUP));
+  *xsum = (float *)malloc(sizeof(float) * rows * (k / GROUP));
+  quantize_rows(x, rows, k, xq, *xs, *xsum);
+  return xq;
+}
+
+void int4_linear(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
+                 const float *x, int64_t rows, float *y, int threads) {
+  float *xs, *xsum;
+  int16_t *xq = round_activations(x, rows, k, &xs, &xsum);
+  int4_matmul(q, d, m, n, k, xq, xs, xsum, rows, y, threads);
+  free(xq), free(xs), free(xsum);
+}
+
+void int8_linear(const int8_t *q, const float *s, int64_t n, int64_t k, const float *x,
+                 int64_t rows, float *y, int threads) {
+  float *xs, *xsum;
+  int16_t *xq = round_activations(x, rows, k, &xs, &xsum);
+  int8_matmul(q, s, n, k, xq, xs, rows, y, threads);
+  free(xq), free(xs), free(xsum);
+}

@@ -76,15 +76,14 @@ def load() -> ctypes.CDLL | None:
             logger.warning("could not build %s (%s): using torch's kernels", _SOURCE, exc)
             return None
     lib = ctypes.CDLL(path)
-    lib.quantize_rows.argtypes = [_P, _I64, _I64, _P, _P, _P]
-    lib.int4_matmul.argtypes = [_P, _P, _P, _I64, _I64, _P, _P, _P, _I64, _P, _INT]
-    lib.int8_matmul.argtypes = [_P, _P, _I64, _I64, _P, _P, _I64, _P, _INT]
     lib.int4_dequantize.argtypes = [_P, _P, _P, _I64, _I64, _P, _INT]
     lib.int8_dequantize.argtypes = [_P, _P, _I64, _I64, _P, _INT]
     lib.rms_norm.argtypes = [_P, _I64, _P, _I64, _I64, ctypes.c_float, _P]
     lib.rotary_inplace.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P]
     lib.decode_attention.argtypes = [_P, _I64, _P, _P, _I64, _P, _I64, _P, _I64, _I64, _I64]
     lib.decode_attention.argtypes += [_I64, ctypes.c_float, _P, _INT]
+    lib.int4_linear.argtypes = [_P, _P, _P, _I64, _I64, _P, _I64, _P, _INT]
+    lib.int8_linear.argtypes = [_P, _P, _I64, _I64, _P, _I64, _P, _INT]
     lib.write_kv.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _I64, _P]
     lib.silu_mul.argtypes = [_P, _I64, _I64, _P]
     return lib
@@ -206,23 +205,20 @@ class NativeMatmul:
         self.m = None if w.zero is None else (w.zero - 8 * w.scale).to(torch.float32).contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.to(torch.float32).contiguous()
-        rows, groups = x.shape[0], self.k // 32
-        xq = torch.empty(rows, self.k, dtype=torch.int16)
-        xs = torch.empty(rows, groups)
-        xsum = torch.empty(rows, groups)
-        self.lib.quantize_rows(_ptr(x), rows, self.k, _ptr(xq), _ptr(xs), _ptr(xsum))
+        if x.dtype != torch.float32 or not x.is_contiguous():
+            x = x.to(torch.float32).contiguous()
+        rows = x.shape[0]
         y = torch.empty(rows, self.n)
         threads = torch.get_num_threads()
         if self.kind == "int4":
-            self.lib.int4_matmul(
-                _ptr(self.q), _ptr(self.scale), _ptr(self.m), self.n, self.k,
-                _ptr(xq), _ptr(xs), _ptr(xsum), rows, _ptr(y), threads,
+            self.lib.int4_linear(
+                self.q.data_ptr(), self.scale.data_ptr(), self.m.data_ptr(), self.n, self.k,
+                x.data_ptr(), rows, y.data_ptr(), threads,
             )  # fmt: skip
         else:
-            self.lib.int8_matmul(
-                _ptr(self.q), _ptr(self.scale), self.n, self.k,
-                _ptr(xq), _ptr(xs), rows, _ptr(y), threads,
+            self.lib.int8_linear(
+                self.q.data_ptr(), self.scale.data_ptr(), self.n, self.k,
+                x.data_ptr(), rows, y.data_ptr(), threads,
             )  # fmt: skip
         return y
 
