@@ -41,6 +41,8 @@ class _ContainerNodes:
     def array_node(self, schema: dict, path: str) -> tuple:
         lo = schema.get("minItems", 0)
         hi = schema.get("maxItems")
+        if not isinstance(schema.get("uniqueItems", False), bool):
+            raise GrammarError(f"uniqueItems must be a boolean at {path}")
         if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1):
             return self._unique_array(schema, lo, hi, path)  # (one item is always unique)
         prefix = schema.get("prefixItems")
@@ -228,6 +230,8 @@ class _ContainerNodes:
         or None without propertyNames."""
         if "propertyNames" not in schema:
             return None
+        if not isinstance(schema["propertyNames"], (dict, bool)):
+            raise GrammarError(f"schema at {path}/propertyNames must be an object or a boolean")
         names = self.value(
             _merge({"type": "string"}, schema["propertyNames"], path), f"{path}/propertyNames"
         )

@@ -279,6 +279,10 @@ def bounded_digits(node: tuple, max_digits: int | None, *bounds) -> tuple:
 def number_node(schema: dict, integer: bool, path: str, max_digits: int | None = None) -> tuple:
     """An integer or number schema's texts; with max_digits, no digit run is longer (an integer
     with both bounds is finite already)."""
+    for name in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        v = schema.get(name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v):
+            raise GrammarError(f"{name} must be a finite number at {path}")
     lo, hi = schema.get("minimum"), schema.get("maximum")
     lo_excl = hi_excl = False
     emin, emax = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")

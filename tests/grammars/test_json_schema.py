@@ -360,6 +360,21 @@ def test_unsupported_keywords_raise_naming_them(compiler, schema, keyword):
         compiler.compile_json_schema(schema)
 
 
+@pytest.mark.parametrize(
+    "schema,keyword",
+    [
+        ({"type": "number", "minimum": float("nan")}, "minimum"),
+        ({"type": "number", "maximum": float("inf")}, "maximum"),
+        ({"type": "number", "exclusiveMinimum": float("-inf")}, "exclusiveMinimum"),
+        ({"type": "object", "propertyNames": 3}, "propertyNames"),
+        ({"type": "array", "uniqueItems": "yes", "items": {"enum": [1, 2]}}, "uniqueItems"),
+    ],
+)
+def test_malformed_keyword_values_raise_naming_them(compiler, schema, keyword):
+    with pytest.raises(GrammarError, match=keyword):
+        compiler.compile_json_schema(schema)
+
+
 def test_impossible_schema_raises(compiler):
     with pytest.raises(GrammarError):
         compiler.compile_json_schema({"type": "integer", "minimum": 5, "maximum": 1})
