@@ -1,8 +1,8 @@
 // Weight-only quantized matrix products for the few rows of a decode step (AVX2 + FMA).
 //
 // y[r, n] = sum_k x[r, k] * w[n, k] with w kept quantized:
-//   int4: w = q * d[n, g] + m[n, g], q in [0, 15] one per byte (unpacked: 20% faster than
-//         reading nibbles here), groups of 32 along k;
+//   int4: w = q * d[n, g] + m[n, g], q in [0, 15], groups of 32 along k, two codes a byte in
+//         GGUF's layout (half the bytes of one code a byte: decode reads the weights once a step);
 //   int8: w = q * s[n], q in [-127, 127].
 // x is first rounded to int16 per group of 32 (xq * xs; llama.cpp rounds to int8 instead, which
 // cost 0.8% perplexity here), so each group is one exact integer dot product; the m term uses
@@ -51,10 +51,12 @@ static inline __m256i dot32(__m256i w0, __m256i w1, const int16_t *x) {
   return _mm256_add_epi32(a, b);
 }
 
-// The codes of group g of a row as two vectors of 16 int16 (elements 0-15 and 16-31).
+// The codes of group g of a row as two vectors of 16 int16 (elements 0-15 and 16-31): byte j
+// of a group's 16 holds element j in its low nibble and element j + 16 in its high one.
 static inline void unpack_group(const uint8_t *qo, int64_t g, __m256i *w0, __m256i *w1) {
-  *w0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(qo + g * 32)));
-  *w1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(qo + g * 32 + 16)));
+  __m128i b = _mm_loadu_si128((const __m128i *)(qo + g * 16)), low = _mm_set1_epi8(15);
+  *w0 = _mm256_cvtepu8_epi16(_mm_and_si128(b, low));
+  *w1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), low));
 }
 
 // One weight row against `R` activation rows: each group's codes are unpacked once for all;
@@ -99,7 +101,7 @@ void int4_matmul(const uint8_t *q, const float *d, const float *m, int64_t n, in
   int64_t groups = k / GROUP;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
   for (int64_t o = 0; o < n; o++) {
-    const uint8_t *qo = q + o * k;
+    const uint8_t *qo = q + o * (k / 2);
     const float *dd = d + o * groups, *mm = m + o * groups;
     for (int64_t r = 0; r < rows; r += 4) {
       const int16_t *x = xq + r * k;
@@ -157,7 +159,11 @@ void int4_dequantize(const uint8_t *q, const float *d, const float *m, int64_t n
   int64_t groups = k / GROUP;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
   for (int64_t i = 0; i < n * groups; i++)
-    for (int j = 0; j < GROUP; j++) out[i * GROUP + j] = (float)q[i * GROUP + j] * d[i] + m[i];
+    for (int j = 0; j < GROUP / 2; j++) {
+      uint8_t b = q[i * GROUP / 2 + j];
+      out[i * GROUP + j] = (float)(b & 15) * d[i] + m[i];
+      out[i * GROUP + j + GROUP / 2] = (float)(b >> 4) * d[i] + m[i];
+    }
 }
 
 void int8_dequantize(const int8_t *q, const float *s, int64_t n, int64_t k, float *out,
@@ -281,4 +287,92 @@ void int8_linear(const int8_t *q, const float *s, int64_t n, int64_t k, const fl
   int16_t *xq = round_activations(x, rows, k, &xs, &xsum);
   int8_matmul(q, s, n, k, xq, xs, rows, y, threads);
   free(xq), free(xs), free(xsum);
+}
+
+// ---- A whole decode step: every layer of a Llama-family decoder in one call ----------------
+// For a batch of decode rows (one new token per request) whose linear layers all run on the
+// kernels above: removes the per-layer calls and the tensor bookkeeping between them, which
+// at batch 1 cost as much as the weights' reads. The layout of these records is mirrored by
+// the ctypes structures of runtime/model/decode_step.py.
+
+typedef struct {
+  int64_t bits, n, k;  // bits: 4 (groups of 32: q, d, m) or 8 (rows: q, d)
+  const void *q;
+  const float *d, *m, *bias;  // bias may be NULL
+} qlinear;
+
+typedef struct {
+  const float *in_norm, *post_norm;
+  qlinear qkv, o, gate_up, down;
+  float *k_pool, *v_pool;  // head-major [kv_heads, pool_slots, dim]
+} qlayer;
+
+typedef struct {
+  int64_t layers, hidden, heads, kv_heads, dim, inter, pool_slots;
+  float eps;
+  const float *cos, *sin, *final_norm;  // rotary tables [positions, dim]
+  const qlayer *layer;
+} qmodel;
+
+typedef struct {  // per-step scratch, sized for `rows` rows
+  int16_t *xq;
+  float *xs, *xsum;
+} rounding;
+
+static void linear_into(const qlinear *w, const float *x, int64_t rows, rounding *r, float *y,
+                        int threads) {
+  quantize_rows(x, rows, w->k, r->xq, r->xs, r->xsum);
+  if (w->bits == 4)
+    int4_matmul((const uint8_t *)w->q, w->d, w->m, w->n, w->k, r->xq, r->xs, r->xsum, rows, y,
+                threads);
+  else
+    int8_matmul((const int8_t *)w->q, w->d, w->n, w->k, r->xq, r->xs, rows, y, threads);
+  if (w->bias)
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < w->n; j++) y[i * w->n + j] += w->bias[j];
+}
+
+static void add_into(float *h, const float *x, int64_t count) {
+  for (int64_t i = 0; i < count; i++) h[i] += x[i];
+}
+
+// h [rows, hidden]: the embedded tokens in, the final (normed) hidden states out. Request i
+// writes its new K/V at out_loc[i] and attends over slots[i, :lens[i]] (lens counts the new
+// token, whose slot is the last one).
+void decode_step(const qmodel *m, float *h, int64_t rows, const int64_t *positions,
+                 const int64_t *out_loc, const int64_t *slots, int64_t lmax, const int64_t *lens,
+                 int threads) {
+  int64_t hid = m->hidden, qd = m->heads * m->dim, kvd = m->kv_heads * m->dim;
+  int64_t qkv_width = qd + 2 * kvd, widest = hid > m->inter ? hid : m->inter;
+  widest = widest > qd ? widest : qd;
+  float *xn = malloc(sizeof(float) * rows * hid), *tmp = malloc(sizeof(float) * rows * hid);
+  float *qkv = malloc(sizeof(float) * rows * qkv_width), *att = malloc(sizeof(float) * rows * qd);
+  float *gu = malloc(sizeof(float) * rows * 2 * m->inter);
+  float *act = malloc(sizeof(float) * rows * m->inter);
+  rounding r = {malloc(sizeof(int16_t) * rows * widest), malloc(sizeof(float) * rows * widest),
+                malloc(sizeof(float) * rows * widest)};
+  for (int64_t l = 0; l < m->layers; l++) {
+    const qlayer *L = m->layer + l;
+    rms_norm(h, hid, L->in_norm, rows, hid, m->eps, xn);
+    linear_into(&L->qkv, xn, rows, &r, qkv, threads);
+    rotary_inplace(qkv, qkv_width, rows, m->heads, m->dim, positions, m->cos, m->sin);
+    rotary_inplace(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, positions, m->cos, m->sin);
+    write_kv(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, out_loc, m->pool_slots, L->k_pool);
+    write_kv(qkv + qd + kvd, qkv_width, rows, m->kv_heads, m->dim, out_loc, m->pool_slots,
+             L->v_pool);
+    decode_attention(qkv, qkv_width, L->k_pool, L->v_pool, m->pool_slots, slots, lmax, lens,
+                     rows, m->heads, m->kv_heads, m->dim, 1.0f / sqrtf((float)m->dim), att,
+                     threads);
+    linear_into(&L->o, att, rows, &r, tmp, threads);
+    add_into(h, tmp, rows * hid);
+    rms_norm(h, hid, L->post_norm, rows, hid, m->eps, xn);
+    linear_into(&L->gate_up, xn, rows, &r, gu, threads);
+    silu_mul(gu, rows, m->inter, act);
+    linear_into(&L->down, act, rows, &r, tmp, threads);
+    add_into(h, tmp, rows * hid);
+  }
+  rms_norm(h, hid, m->final_norm, rows, hid, m->eps, xn);
+  memcpy(h, xn, sizeof(float) * rows * hid);
+  free(xn), free(tmp), free(qkv), free(att), free(gu), free(act);
+  free(r.xq), free(r.xs), free(r.xsum);
 }

@@ -86,6 +86,7 @@ def load() -> ctypes.CDLL | None:
     lib.int8_linear.argtypes = [_P, _P, _I64, _I64, _P, _I64, _P, _INT]
     lib.write_kv.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _I64, _P]
     lib.silu_mul.argtypes = [_P, _I64, _I64, _P]
+    lib.decode_step.argtypes = [_P, _P, _I64, _P, _P, _P, _I64, _P, _INT]
     return lib
 
 
@@ -198,8 +199,7 @@ class NativeMatmul:
     def __init__(self, lib: ctypes.CDLL, w):
         self.lib, self.kind = lib, w.kind
         self.n, self.k = w.rows, w.cols
-        # int8: the codes themselves; int4: one code per byte, the layout qgemv.c reads fastest
-        self.q = w.q.contiguous() if w.kind == "int8" else unpack_int4(w.q).contiguous()
+        self.q = w.q.contiguous()  # the codes themselves (int4: two a byte, GGUF's layout)
         self.scale = w.scale.to(torch.float32).contiguous()
         # int4 codes: w = q * d + m with d = scale, m = zero - 8 * scale.
         self.m = None if w.zero is None else (w.zero - 8 * w.scale).to(torch.float32).contiguous()

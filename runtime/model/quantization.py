@@ -30,7 +30,7 @@ from runtime.model.qgemv import GROUP, pack_int4, unpack_int4
 # Rows up to which the weight-only kernels beat dequantize + dense GEMM on a 2-core AVX2 CPU
 # (576 x 3072 layer: int8 even at 64 rows, int4 loses past ~32).
 _KERNEL_ROWS = {"int8": 64, "int4": 32}
-_NATIVE_ROWS = 16
+NATIVE_ROWS = 16  # rows up to which our kernels beat dequantize + dense GEMM
 _CHUNK_ROWS = 4096
 
 
@@ -152,7 +152,7 @@ class QuantizedMatmul:
         self.w = w
         lib = qgemv.load()
         self.native = qgemv.NativeMatmul(lib, w) if lib is not None else None
-        self.kernel_rows = _NATIVE_ROWS if self.native else _KERNEL_ROWS[w.kind]
+        self.kernel_rows = NATIVE_ROWS if self.native else _KERNEL_ROWS[w.kind]
         if self.native is not None:
             self.packed = self.scales = None
         elif w.kind == "int8":

@@ -49,3 +49,9 @@ class AttentionBackend(ABC):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: ForwardBatch
     ) -> torch.Tensor:
         """q: [T, heads, d]; k, v: [T, kv_heads, d]; returns [T, heads * d]."""
+
+    def decode_slots(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """For a batch of decodes only: each request's KV slots [B, Lmax] (padded) and their
+        counts [B], as a whole-step native kernel reads them; None for other batches or where
+        this backend keeps no such tables."""
+        return None

@@ -56,6 +56,12 @@ class TorchAttentionBackend(AttentionBackend):
                 meta.decode_mask = (~valid).repeat(kv_heads, 1)[:, None, :]  # [KVH*B, 1, L]
         batch.metadata = meta
 
+    def decode_slots(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
+        meta: _TorchMetadata = batch.metadata
+        if meta.extends or meta.decode_slots is None:
+            return None
+        return meta.decode_slots, meta.decode_lens
+
     def forward(self, q, k, v, layer, batch):
         k_heads, v_heads = self.kv_pool.k_heads[layer], self.kv_pool.v_heads[layer]
         loc = batch.out_cache_loc

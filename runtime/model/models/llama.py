@@ -11,6 +11,7 @@ from torch import nn
 from runtime.model import qgemv
 from runtime.model.attention.base import AttentionBackend, ForwardBatch
 from runtime.model.config import ModelConfig
+from runtime.model.decode_step import NativeDecodeStep
 from runtime.model.layers import (
     ColumnParallelLinear,
     RMSNorm,
@@ -18,6 +19,7 @@ from runtime.model.layers import (
     RotaryEmbedding,
     RowParallelLinear,
 )
+from runtime.model.quantization import NATIVE_ROWS
 
 
 class Attention(nn.Module):
@@ -109,6 +111,7 @@ class LlamaForCausalLM(nn.Module):
         )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.rope)
+        self._step_pool, self._step = None, None  # see _native_step
         self.lm_head = (
             None
             if cfg.tie_word_embeddings
@@ -125,10 +128,21 @@ class LlamaForCausalLM(nn.Module):
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
         h = self._embed(batch.input_ids, self.norm.weight.dtype)
+        decode = backend.decode_slots(batch) if batch.num_tokens <= NATIVE_ROWS else None
+        if decode is not None and self._native_step(backend) is not None:
+            return self._step(h, batch.positions, batch.out_cache_loc, *decode)
         rope = self.rotary.for_batch(batch.positions, h.dtype)
         for layer in self.layers:
             h = layer(h, rope, backend, batch)
         return self.norm(h)
+
+    def _native_step(self, backend: AttentionBackend) -> NativeDecodeStep | None:
+        """The whole-step kernel for this backend's KV pool, built on first use (None: the
+        layers run one by one)."""
+        pool = backend.kv_pool
+        if self._step_pool is not pool:
+            self._step_pool, self._step = pool, NativeDecodeStep.for_model(self, pool)
+        return self._step
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,58 @@
+"""The one-call native decode step against the layers run one by one, on tiny random models of
+each family, both weight kinds, and ragged batches of cached lengths."""
+
+import pytest
+import torch
+
+from runtime.model import qgemv
+from runtime.model.decode_step import NativeDecodeStep
+from tests.runtime.conftest import TINY_VARIANTS, make_tiny_model
+from tests.runtime.model.test_model_executor import DirectRunner
+
+pytestmark = pytest.mark.skipif(qgemv.load() is None, reason="no AVX2 CPU or C compiler")
+
+PROMPTS = {"a": [5, 6, 7], "b": [9, 10, 11, 12, 13, 14, 15, 16, 17], "c": [40, 41]}
+
+
+def decode_logits(runner: DirectRunner, steps: int) -> list[torch.Tensor]:
+    """Prefill every prompt, then `steps` greedy decode steps of the whole batch."""
+    position, token = {}, {}
+    for name, prompt in PROMPTS.items():
+        (logits,) = runner.forward([(name, prompt, 0)])
+        position[name], token[name] = len(prompt), int(logits[-1].argmax())
+    out = []
+    for _ in range(steps):
+        logits = runner.forward([(n, [token[n]], position[n]) for n in PROMPTS])
+        for name, row in zip(PROMPTS, logits):
+            position[name], token[name] = position[name] + 1, int(row[-1].argmax())
+        out.append(torch.cat(logits))
+    return out
+
+
+@pytest.mark.parametrize("quantization", ["int4", "int8"])
+@pytest.mark.parametrize("variant", ["llama", "llama-untied-llama3rope", "qwen2"])
+def test_native_step_equals_the_layer_by_layer_path(
+    variant, quantization, tmp_path, smollm2_folder, monkeypatch
+):
+    model_type, overrides = TINY_VARIANTS[variant]
+    folder = make_tiny_model(str(tmp_path), smollm2_folder, model_type, **overrides)
+    calls = []
+    native_call = NativeDecodeStep.__call__
+    monkeypatch.setattr(
+        NativeDecodeStep, "__call__", lambda self, *a: calls.append(1) or native_call(self, *a)
+    )
+    ours = decode_logits(DirectRunner(folder, quantization=quantization), steps=4)
+    assert len(calls) == 4  # every decode step ran natively, no prefill did
+
+    monkeypatch.setattr(NativeDecodeStep, "for_model", classmethod(lambda cls, m, p: None))
+    reference = decode_logits(DirectRunner(folder, quantization=quantization), steps=4)
+    for a, b in zip(ours, reference):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_the_step_does_not_apply_to_float_weights_or_qk_norm(tmp_path, smollm2_folder):
+    model_type, overrides = TINY_VARIANTS["qwen3"]
+    qwen3 = make_tiny_model(str(tmp_path / "qwen3"), smollm2_folder, model_type, **overrides)
+    for folder, quantization in ((qwen3, "int4"), (qwen3, "none")):
+        runner = DirectRunner(folder, quantization=quantization).runner
+        assert NativeDecodeStep.for_model(runner.model, runner.kv_pool) is None
