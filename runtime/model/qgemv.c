@@ -43,6 +43,17 @@ static inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// sum_j a[j] * b[j] over a row's group terms (the m * sum(x) part of int4).
+static inline float dot_groups(const float *a, const float *b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), acc);
+  float sum = hsum(acc);
+  for (; j < n; j++) sum += a[j] * b[j];
+  return sum;
+}
+
 // Integer dot product of 32 codes (two halves of 16, as int16) with 32 int16 activations, as
 // 8 int32 lanes (|sum| < 2^31: at most 32 * 127 * 32767).
 static inline __m256i dot32(__m256i w0, __m256i w1, const int16_t *x) {
@@ -88,11 +99,8 @@ static inline __attribute__((always_inline)) void int4_row(
       even[r] = _mm256_fmadd_ps(_mm256_set1_ps(dd[g] * xs[r * groups + g]), p, even[r]);
     }
   }
-  for (int r = 0; r < R; r++) {
-    float offset = 0.0f;
-    for (int64_t j = 0; j < groups; j++) offset += mm[j] * xsum[r * groups + j];
-    y[r * n] = hsum(_mm256_add_ps(even[r], odd[r])) + offset;
-  }
+  for (int r = 0; r < R; r++)
+    y[r * n] = hsum(_mm256_add_ps(even[r], odd[r])) + dot_groups(mm, xsum + r * groups, groups);
 }
 
 void int4_matmul(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
