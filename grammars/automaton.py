@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 
@@ -104,38 +106,81 @@ def mask_bytes(mask: int) -> list[int]:
 
 
 class NFA:
-    """Thompson NFA over bytes, with rule-reference edges. One NFA holds every rule of a grammar."""
+    """Thompson NFA over bytes, with rule-reference edges. One NFA holds every rule of a grammar.
+    Its moves are flat lists of (source, ..., target) tuples, cheap to add to and to turn into
+    arrays (lazydfa_arrays.nfa_graph); the moves of each state are listed on first need."""
 
     def __init__(self):
-        self.eps: list[list[int]] = []
-        self.edges: list[list[tuple[int, int]]] = []
-        self.nts: list[list[tuple[str, int]]] = []
-        self._closures: dict[int, frozenset[int]] = {}  # valid once the NFA stops changing
+        self.size = 0
+        self.eps: list[tuple[int, int]] = []  # (state, state)
+        self.edges: list[tuple[int, int, int]] = []  # (state, byte mask, state)
+        self.nts: list[tuple[int, str, int]] = []  # (state, rule name, state to return to)
+        # embedded DFAs kept whole, (first state, from, to, dfa): turned into arrays at once
+        self.copies: list[tuple[int, int, int, EagerDFA]] = []
+        # valid once the NFA stops changing
+        self._closures: dict[int, frozenset[int]] = {}
+        self._eps_of: list[list[int]] | None = None
+        self._edges_of: list[list[tuple[int, int]]] | None = None
 
     def new(self) -> int:
-        if len(self.eps) >= MAX_NFA_STATES:
-            raise GrammarError("grammar too large (automaton size limit reached)")
-        if not len(self.eps) & 1023:
+        n = self.size
+        if not n & 1023:
+            if n >= MAX_NFA_STATES:
+                raise GrammarError("grammar too large (automaton size limit reached)")
             checkpoint()
-        self.eps.append([])
-        self.edges.append([])
-        self.nts.append([])
-        return len(self.eps) - 1
+        self.size = n + 1
+        return n
+
+    def add_copy(self, dfa: EagerDFA, s: int, e: int) -> None:
+        """`dfa` between states s and e, on states of its own (see EagerDFA.embed)."""
+        n = self.size
+        k = len(dfa.trans)
+        if n + k > MAX_NFA_STATES:
+            raise GrammarError("grammar too large (automaton size limit reached)")
+        if n >> 10 != (n + k) >> 10:
+            checkpoint()
+        self.size = n + k
+        self.copies.append((n, s, e, dfa))
+
+    def _expand_copies(self) -> None:
+        """The copies' moves as tuples, for the per-state views below."""
+        for base, s, e, dfa in self.copies:
+            self.eps.append((s, base + dfa.start))
+            for i, tr in enumerate(dfa.trans):
+                self.edges.extend([(base + i, cm, base + t) for cm, t in tr])
+                if dfa.accept[i]:
+                    self.eps.append((base + i, e))
+        self.copies = []
+
+    def edges_of(self, s: int) -> list[tuple[int, int]]:
+        """State s's byte moves (mask, target)."""
+        if self._edges_of is None:
+            self._expand_copies()
+            lists: list[list[tuple[int, int]]] = [[] for _ in range(self.size)]
+            for a, mask, b in self.edges:
+                lists[a].append((mask, b))
+            self._edges_of = lists
+        return self._edges_of[s]
 
     def build(self, node, s: int, e: int) -> None:
         kind = node[0]
         if kind == "b":
             if node[1]:
-                self.edges[s].append((node[1], e))
+                self.edges.append((s, node[1], e))
         elif kind == "cat":
             children = node[1]
             if not children:
-                self.eps[s].append(e)
+                self.eps.append((s, e))
                 return
             cur = s
+            last = len(children) - 1
             for i, child in enumerate(children):
-                nxt = e if i == len(children) - 1 else self.new()
-                self.build(child, cur, nxt)
+                nxt = e if i == last else self.new()
+                if child[0] == "b":  # the common case (literals), without a call
+                    if child[1]:
+                        self.edges.append((cur, child[1], nxt))
+                else:
+                    self.build(child, cur, nxt)
                 cur = nxt
         elif kind == "alt":
             for child in node[1]:
@@ -147,28 +192,29 @@ class NFA:
                 nxt = self.new()
                 self.build(child, cur, nxt)
                 cur = nxt
+            eps = self.eps
             if hi is None:
                 a, b = self.new(), self.new()
-                self.eps[cur].append(a)
+                eps.append((cur, a))
                 self.build(child, a, b)
-                self.eps[b].append(a)
-                self.eps[b].append(e)
-                self.eps[cur].append(e)
+                eps.append((b, a))
+                eps.append((b, e))
+                eps.append((cur, e))
             else:
                 for _ in range(hi - lo):
                     nxt = self.new()
                     a = self.new()
-                    self.eps[cur].append(a)
+                    eps.append((cur, a))
                     self.build(child, a, nxt)
-                    self.eps[cur].append(e)
+                    eps.append((cur, e))
                     cur = nxt
-                self.eps[cur].append(e)
+                eps.append((cur, e))
         elif kind == "members" and node[5]:
             self._members_any_order(node, s, e)
         elif kind == "members":
             self._members(node, s, e)
         elif kind == "nt":
-            self.nts[s].append((node[1], e))
+            self.nts.append((s, node[1], e))
         elif kind == "dfa":
             node[1].embed(self, s, e)
         else:  # pragma: no cover - programming error
@@ -189,14 +235,13 @@ class NFA:
             nxt = [self.new() for _ in range(top + 1)]
             self._member_steps(item, sep, track, nxt, after)
             if not required:
-                for c, p in enumerate(track):
-                    self.eps[p].append(nxt[c])
+                self.eps.extend(zip(track, nxt))
             track = nxt
         if extra is not None:
             self._member_steps(extra, sep, track, track, after)
         for c, p in enumerate(track):
             if c >= lo:
-                self.eps[p].append(e)
+                self.eps.append((p, e))
 
     def _members_any_order(self, node, s: int, e: int) -> None:
         """The items in any order, each at most once (the required ones all present), extras
@@ -221,7 +266,7 @@ class NFA:
                     if written:
                         self.build(sep, p, mid)
                     else:
-                        self.eps[p].append(mid)
+                        self.eps.append((p, mid))
         if extra is not None:
             for used, places in sources.items():
                 mid = self.new()
@@ -230,12 +275,12 @@ class NFA:
                     if written:
                         self.build(sep, p, mid)
                     else:
-                        self.eps[p].append(mid)
+                        self.eps.append((p, mid))
         needed = sum(1 << i for i, (_, required) in enumerate(items) if required)
         for used, places in sources.items():
             if used & needed == needed:
                 for p, _ in places:
-                    self.eps[p].append(e)
+                    self.eps.append((p, e))
 
     def _member_steps(self, item, sep, track: list, nxt: list, after) -> None:
         """One member from each track to the next count's track; the tracks that lead to one
@@ -250,7 +295,7 @@ class NFA:
                 mid = mids[target] = self.new()
                 self.build(item, mid, nxt[target])
             if c == 0:
-                self.eps[p].append(mid)
+                self.eps.append((p, mid))
             else:
                 self.build(sep, p, mid)
 
@@ -268,9 +313,15 @@ class NFA:
         memo = self._closures
         hit = memo.get(s)
         if hit is None:
+            if self._eps_of is None:
+                self._expand_copies()
+                lists: list[list[int]] = [[] for _ in range(self.size)]
+                for a, b in self.eps:
+                    lists[a].append(b)
+                self._eps_of = lists
             seen = {s}
             todo = [s]
-            eps = self.eps
+            eps = self._eps_of
             while todo:
                 for t in eps[todo.pop()]:
                     if t not in seen:
@@ -344,7 +395,7 @@ class EagerDFA:
             checkpoint()
             S = states.todo.pop()
             i = states.index[S]
-            edges = [edge for n in S for edge in nfa.edges[n]]
+            edges = [edge for n in S for edge in nfa.edges_of(n)]
             for cm, ts in byte_classes(edges):
                 T = nfa.closure(ts)
                 dfa.trans[i].append((cm, states(T, e in T)))
@@ -461,13 +512,30 @@ class EagerDFA:
         return out.trimmed()
 
     def embed(self, nfa: NFA, s: int, e: int) -> None:
-        ids = [nfa.new() for _ in self.trans]
-        nfa.eps[s].append(ids[self.start])
-        for i, tr in enumerate(self.trans):
-            for cm, t in tr:
-                nfa.edges[ids[i]].append((cm, ids[t]))
-            if self.accept[i]:
-                nfa.eps[ids[i]].append(e)
+        """A copy of the DFA in `nfa`, entered from s, leaving to e from accepting states."""
+        nfa.add_copy(self, s, e)
+
+    def moves(self) -> tuple:
+        """(sources, mask ids, targets, the distinct masks, accepting states): the DFA as
+        arrays, computed once (the DFA no longer changes once embedded)."""
+        hit = self.__dict__.get("_moves")
+        if hit is None:
+            index: dict[int, int] = {}
+            src, ids, tgt = [], [], []
+            for i, tr in enumerate(self.trans):
+                for cm, t in tr:
+                    src.append(i)
+                    ids.append(index.setdefault(cm, len(index)))
+                    tgt.append(t)
+            accepting = [i for i, a in enumerate(self.accept) if a]
+            hit = self._moves = (
+                np.array(src, np.int64),
+                np.array(ids, np.int64),
+                np.array(tgt, np.int64),
+                list(index),
+                np.array(accepting, np.int64),
+            )
+        return hit
 
 
 def intersect(a, b) -> tuple:

@@ -50,17 +50,19 @@ class Machine:
             nfa.build(rules[name], s, e)
             starts.append(s)
             finals.append(e)
-        for edges in nfa.nts:
-            for name, _ in edges:
-                if name not in self.rule_index:
-                    raise GrammarError(f"reference to undefined rule {name!r}")
+        for _, name, _ in nfa.nts:
+            if name not in self.rule_index:
+                raise GrammarError(f"reference to undefined rule {name!r}")
         self.names = names
         self.root = self.rule_index[root]
-        nfa_passes.prune(nfa, self.rule_index, self.root, starts, finals)
-        nfa_passes.check_left_recursion(nfa, self.rule_index, names, starts, finals)
-        self.has_pushes = any(nfa.nts)
-        first = nfa_passes.first_bytes(nfa, self.rule_index, starts, finals)
-        self.arrays = lazydfa_arrays.freeze_nfa(nfa, self.rule_index, finals, first)
+        graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
+        del nfa  # the arrays hold everything from here on
+        graph = nfa_passes.prune(graph, self.root, starts, finals)
+        lists = nfa_passes.Lists(graph)
+        nfa_passes.check_left_recursion(graph, names, starts, finals, lists)
+        self.has_pushes = bool(len(graph.nt_tgt))
+        first = nfa_passes.first_bytes(graph, starts, finals, lists)
+        self.arrays = lazydfa_arrays.freeze_nfa(graph, finals, first)
         self.dfa = lazydfa_arrays.empty_dfa()
         self._rows: dict[int, list[int]] = {}
         self._live: dict[int, list[int]] = {}

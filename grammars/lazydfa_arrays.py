@@ -3,81 +3,111 @@ copies grown when a kernel of lazydfa.py returns NEED_SPACE."""
 
 from __future__ import annotations
 
-from itertools import chain
+from collections import namedtuple
 
 import numpy as np
 
 from grammars.budget import checkpoint
 from grammars.lazydfa import _MEM, _PUSHES, _STATES, _WANT, DFAArrays, NFAArrays, rehash
 
+NFAGraph = namedtuple(
+    "NFAGraph", "eps_ptr eps_idx e_ptr e_byte e_mask e_tgt masks nt_ptr nt_rule nt_tgt"
+)
+NFAGraph.__doc__ = """An NFA's moves as CSR arrays by source state: empty moves, byte moves (a
+byte, or -1 and a row of `masks`) and rule references (rule number, state to return to)."""
 
-def _mask_row(mask: int) -> np.ndarray:
-    return np.unpackbits(
-        np.frombuffer(mask.to_bytes(32, "little"), np.uint8), bitorder="little"
-    ).astype(np.bool_)
 
+def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
+    """A grammars.automaton.NFA as arrays (its embedded DFAs copied as arrays)."""
+    n = nfa.size
+    index: dict[int, int] = {}  # the distinct masks, numbered
+    eps_src, eps_tgt, e_src, e_id, e_tgt = ([] for _ in range(5))
+    if nfa.eps:
+        a, b = zip(*nfa.eps)
+        eps_src.append(np.array(a, np.int64))
+        eps_tgt.append(np.array(b, np.int64))
+    if nfa.edges:
+        a, masks, b = zip(*nfa.edges)
+        for m in dict.fromkeys(masks):
+            index.setdefault(m, len(index))
+        e_src.append(np.array(a, np.int64))
+        e_id.append(np.array(list(map(index.__getitem__, masks)), np.int64))
+        e_tgt.append(np.array(b, np.int64))
+    numbered: dict[int, np.ndarray] = {}  # id(dfa) -> its masks' numbers here
+    for base, s, e, dfa in nfa.copies:
+        src, ids, tgt, distinct, accepting = dfa.moves()
+        ids_here = numbered.get(id(dfa))
+        if ids_here is None:
+            ids_here = [index.setdefault(m, len(index)) for m in distinct]
+            ids_here = numbered[id(dfa)] = np.array(ids_here, np.int64)
+        e_src.append(src + base)
+        e_id.append(ids_here[ids])
+        e_tgt.append(tgt + base)
+        eps_src.append(np.concatenate(([s], accepting + base)))
+        eps_tgt.append(np.concatenate(([base + dfa.start], np.full(len(accepting), e))))
+    checkpoint()
 
-def freeze_nfa(nfa, rule_index: dict[str, int], finals, first: np.ndarray) -> NFAArrays:
-    """A grammars.automaton.NFA as arrays; `first[r]` = the bytes that can start rule r."""
-    n = len(nfa.eps)
-
-    def csr(lists):
-        lengths = np.fromiter(map(len, lists), np.int64, n)
+    def by_source(src, *columns):
+        """(ptr, *columns sorted by source state)."""
+        src = np.concatenate(src) if src else np.zeros(0, np.int64)
+        order = np.argsort(src, kind="stable")
         ptr = np.zeros(n + 1, np.int64)
-        np.cumsum(lengths, out=ptr[1:])
-        return ptr
+        np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+        return (ptr, *((np.concatenate(c) if c else src)[order] for c in columns))
 
-    eps_ptr = csr(nfa.eps)
-    eps_idx = np.fromiter(chain.from_iterable(nfa.eps), np.int64, int(eps_ptr[-1]))
+    eps_ptr, eps_idx = by_source(eps_src, eps_tgt)
+    e_ptr, edge_ids, e_tgt = by_source(e_src, e_id, e_tgt)
+    distinct = list(index)
+    single = np.array([m & (m - 1) == 0 for m in distinct], np.bool_)
+    byte_of = np.array([m.bit_length() - 1 for m in distinct], np.int64)
+    row_of = np.cumsum(~single) - 1
+    e_byte = np.where(single[edge_ids], byte_of[edge_ids], -1)
+    e_mask = np.where(single[edge_ids], -1, row_of[edge_ids])
     checkpoint()
-    e_ptr = csr(nfa.edges)
+    wide = [m for m, one in zip(distinct, single.tolist()) if not one]
+    masks = np.zeros((max(1, len(wide)), 256), np.bool_)
+    if wide:
+        packed = b"".join(m.to_bytes(32, "little") for m in wide)
+        bits = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
+        masks[: len(wide)] = bits.reshape(len(wide), 256).astype(np.bool_)
     checkpoint()
-    flat = list(chain.from_iterable(nfa.edges))
-    mask_ids: dict[int, int] = {}
-    e_byte = np.full(len(flat), -1, np.int64)
-    e_mask = np.full(len(flat), -1, np.int64)
-    for j, (mask, _) in enumerate(flat):
-        if not j & 4095:
-            checkpoint()
-        if mask & (mask - 1) == 0:
-            e_byte[j] = mask.bit_length() - 1
-        else:
-            e_mask[j] = mask_ids.setdefault(mask, len(mask_ids))
-    masks = np.zeros((max(1, len(mask_ids)), 256), np.bool_)
-    for mask, k in mask_ids.items():
-        if not k & 1023:
-            checkpoint()
-        masks[k] = _mask_row(mask)
-    e_tgt = np.fromiter((t for _, t in flat), np.int64, len(flat))
-    checkpoint()
-    nt_ptr = csr(nfa.nts)
-    checkpoint()
-    nt_flat = list(chain.from_iterable(nfa.nts))
-    nt_rule = np.fromiter((rule_index[r] for r, _ in nt_flat), np.int64, len(nt_flat))
-    nt_tgt = np.fromiter((t for _, t in nt_flat), np.int64, len(nt_flat))
+    nt_src, nt_rule, nt_tgt = [], [], []
+    if nfa.nts:
+        a, names, b = zip(*nfa.nts)
+        nt_src.append(np.array(a, np.int64))
+        nt_rule.append(np.array([rule_index[r] for r in names], np.int64))
+        nt_tgt.append(np.array(b, np.int64))
+    nt_ptr, nt_rule, nt_tgt = by_source(nt_src, nt_rule, nt_tgt)
+    return NFAGraph(eps_ptr, eps_idx, e_ptr, e_byte, e_mask, e_tgt, masks, nt_ptr, nt_rule, nt_tgt)
+
+
+def freeze_nfa(graph: NFAGraph, finals, first: np.ndarray) -> NFAArrays:
+    """The arrays the lazy DFA's kernels read; `first[r]` = the bytes that can start rule r."""
+    g = graph
+    n = len(g.eps_ptr) - 1
     final = np.zeros(n, np.bool_)
     final[list(finals)] = True
     important = final.copy()
-    important[np.diff(e_ptr) > 0] = True
-    important[np.diff(nt_ptr) > 0] = True
+    important[np.diff(g.e_ptr) > 0] = True
+    important[np.diff(g.nt_ptr) > 0] = True
     return NFAArrays(
-        eps_ptr,
-        eps_idx,
+        g.eps_ptr,
+        g.eps_idx,
         important,
         final,
-        e_ptr,
-        e_byte,
-        e_mask,
-        e_tgt,
-        masks,
-        nt_ptr,
-        nt_rule,
-        nt_tgt,
+        g.e_ptr,
+        g.e_byte,
+        g.e_mask,
+        g.e_tgt,
+        g.masks,
+        g.nt_ptr,
+        g.nt_rule,
+        g.nt_tgt,
         first,
         np.zeros(n + 1, np.int64),
         np.empty(max(n, 1), np.int64),
         np.empty(max(n, 1), np.int64),
-        np.empty((max(len(nt_flat), 1), 2), np.int64),
+        np.empty((max(len(g.nt_tgt), 1), 2), np.int64),
     )
 
 

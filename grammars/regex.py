@@ -189,6 +189,29 @@ def _json_char(c: int) -> tuple:
     return json_chars([(c, c)])
 
 
+_SHORT_ONLY: Ranges = [(0x08, 0x0A), (0x0C, 0x0D), (0x22, 0x22), (0x5C, 0x5C)]
+_RAW_ONLY: Ranges = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E), (0x10000, MAX_CODEPOINT)]
+
+
+def key_chars(ranges: Ranges) -> tuple:
+    """Any one character of `ranges` in one of the spellings a fixed object key is matched
+    in (json_schema.strings._string_literal): printable ASCII and astral characters as
+    themselves, the short escape where JSON has one, \\uXXXX (or raw) for the others."""
+    ranges = normalize(ranges)
+    short = [c for c in _SHORT_ESCAPES if c != 0x2F and intersect_ranges(ranges, [(c, c)])]
+    parts = [raw_chars(intersect_ranges(ranges, _RAW_ONLY))]
+    if short:
+        parts.append(cat(lit("\\"), ("b", byte_set(*(ord(_SHORT_ESCAPES[c]) for c in short)))))
+    other = negate(_RAW_ONLY + _SHORT_ONLY + [SURROGATES])
+    parts.append(json_chars(intersect_ranges(ranges, other)))
+    return alt(*[p for p in parts if p != NOTHING])
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_char(c: int) -> tuple:
+    return key_chars([(c, c)])
+
+
 def _case_variants(ranges: Ranges) -> Ranges:
     extra = []
     for lo, hi in ranges:
@@ -200,11 +223,15 @@ def _case_variants(ranges: Ranges) -> Ranges:
 
 
 class _Converter:
-    def __init__(self, json_mode: bool, flags: int):
-        self.chars = json_chars if json_mode else raw_chars
-        self.json_mode = json_mode
+    def __init__(self, json_mode: bool, flags: int, key_mode: bool = False):
+        self.chars = key_chars if key_mode else json_chars if json_mode else raw_chars
+        self.char = _key_char if key_mode else _json_char if json_mode else _raw_char
+        self.json_mode = json_mode or key_mode
         self.ignore_case = bool(flags & re.IGNORECASE)
         self.dotall = bool(flags & re.DOTALL)
+        # "." stops at line ends: \n in Python, also \r, U+2028 and U+2029 in ECMA-262 (the
+        # dialect of JSON Schema patterns, json mode)
+        self.line_ends = [(10, 10), (13, 13), (0x2028, 0x2029)] if json_mode else [(10, 10)]
         self.items = 0  # converted so far (the budget is checked every 64)
 
     def charset(self, ranges: Ranges) -> tuple:
@@ -253,12 +280,12 @@ class _Converter:
             checkpoint()
         if op is C.LITERAL:
             if not self.ignore_case:  # the common case, cached
-                return _json_char(av) if self.json_mode else _raw_char(av)
+                return self.char(av)
             return self.charset([(av, av)])
-        if op is C.NOT_LITERAL:
-            return self.charset(negate([(av, av)]))
+        if op is C.NOT_LITERAL:  # case variants first: (?i)[^a] refuses "A" too
+            return self.chars(negate(self.in_set([(C.LITERAL, av)])))
         if op is C.ANY:
-            return self.chars(ANY_CHAR if self.dotall else negate([(10, 10)]))
+            return self.chars(ANY_CHAR if self.dotall else negate(self.line_ends))
         if op is C.IN:
             return self.chars(self.in_set(av))
         if op is C.BRANCH:
@@ -275,11 +302,11 @@ class _Converter:
                 self.ignore_case, self.dotall = saved
                 return node
             return self.seq(sub)
-        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT):
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT):
             lo, hi, sub = av
             return rep(self.seq(sub), lo, None if hi is C.MAXREPEAT else hi)
-        if op is C.ATOMIC_GROUP:
-            return self.seq(av)
+        if op in (C.POSSESSIVE_REPEAT, C.ATOMIC_GROUP):  # they change what matches
+            raise GrammarError("pattern: possessive repeats and atomic groups are not supported")
         if op is C.AT:
             raise GrammarError("pattern: anchors (^, $, \\b) are only supported at the ends")
         raise GrammarError(f"pattern: unsupported regex construct {op}")
@@ -313,13 +340,19 @@ _BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
 _END = (C.AT_END, C.AT_END_STRING)
 
 
-def _strip_anchors(items: list) -> tuple[list, bool, bool]:
-    start = end = False
-    while items and items[0][0] is C.AT and items[0][1] in _BEGIN:
+# spellings that mean one thing in Python's re and another in ECMA-262: {,n} is a repeat in
+# Python, text in ECMA-262; so are \A and \Z (left to the parser: anchors, refused in json mode)
+_DIALECT_REPEAT = re.compile(r"\{,[0-9]*\}")
+
+
+def _strip_anchors(items: list, json_mode: bool) -> tuple[list, bool, bool]:
+    begin, end = (_BEGIN[:1], _END[:1]) if json_mode else (_BEGIN, _END)
+    start = stop = False
+    while items and items[0][0] is C.AT and items[0][1] in begin:
         items, start = items[1:], True
-    while items and items[-1][0] is C.AT and items[-1][1] in _END:
-        items, end = items[:-1], True
-    return items, start, end
+    while items and items[-1][0] is C.AT and items[-1][1] in end:
+        items, stop = items[:-1], True
+    return items, start, stop
 
 
 def _branches(parsed) -> list[list]:
@@ -339,16 +372,25 @@ def _branches(parsed) -> list[list]:
 
 
 def regex_to_node(
-    pattern: str, *, json_mode: bool = False, search: bool = False, flags: int = 0
+    pattern: str,
+    *,
+    json_mode: bool = False,
+    search: bool = False,
+    flags: int = 0,
+    key_mode: bool = False,
 ) -> tuple:
     """Full-match semantics by default; `search=True` is JSON Schema's `pattern`, which matches
-    anywhere unless anchored with ^ / $."""
+    anywhere unless anchored with ^ / $. `key_mode` is json_mode with characters spelled as in
+    object keys (key_chars)."""
+    json_mode = json_mode or key_mode
+    if json_mode and "{," in pattern and _DIALECT_REPEAT.search(_ESCAPE_OR_CLASS.sub("", pattern)):
+        raise GrammarError(f"pattern: {{,n}} repeats read differently in ECMA-262 ({pattern!r})")
     parsed = _parse(pattern, flags)
-    conv = _Converter(json_mode, parsed.state.flags | flags)
+    conv = _Converter(json_mode, parsed.state.flags | flags, key_mode)
     anything = rep(conv.chars(ANY_CHAR), 0, None)
     alternatives = []
     for items in _branches(parsed):
-        items, anchored_start, anchored_end = _strip_anchors(items)
+        items, anchored_start, anchored_end = _strip_anchors(items, json_mode)
         node = conv.seq(items)
         if search:
             node = cat(

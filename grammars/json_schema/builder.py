@@ -91,6 +91,7 @@ class _Builder(_ContainerNodes):
         max_digits: int | None = None,
     ):
         self.root_schema = root
+        self.options = (any_whitespace, separators, strict, max_ws, max_digits)
         self.strict = strict
         self.max_digits = max_digits  # longest digit run of an unbounded number (None: any)
         if any_whitespace:
@@ -282,13 +283,13 @@ class _Builder(_ContainerNodes):
             proofs = self._one_of_proofs(path)
             undecided = proofs.overlapping(resolved)
             try:
-                exact = [
-                    nodes[i] if i in nodes else self.value(subs[i], f"{path}/{key}/{i}")
-                    for i in undecided
-                ]
-                met = self.inexact - before
-                if undecided and (met["oneOf"] or met["format"]):
-                    raise GrammarError(f"oneOf: branches that may overlap ({path})")
+                if undecided and self.inexact - before:
+                    exact = self._exact_nodes([subs[i] for i in undecided], path)
+                else:
+                    exact = [
+                        nodes[i] if i in nodes else self.value(subs[i], f"{path}/{key}/{i}")
+                        for i in undecided
+                    ]
                 _check_exclusive(exact, path)
             except GrammarError:
                 narrowed = proofs.separated_branches(resolved)
@@ -306,6 +307,18 @@ class _Builder(_ContainerNodes):
             values = [v for i in constant for v in constant_values(subs[i], path)]
             parts.append(constants_node(values, self.literal, path))
         return alt(*parts)
+
+    def _exact_nodes(self, schemas: list, path: str) -> list:
+        """Nodes of oneOf branches for the overlap check, which is sound only on nodes that
+        admit every text their branch matches: built again, by a builder of their own, with
+        properties in any order and digits unbounded; GrammarError where one still restricts."""
+        any_ws, separators, strict, max_ws, _ = self.options
+        exact = _Builder(self.root_schema, any_ws, separators, strict, max_ws, None)
+        exact.property_order = "any"
+        nodes = [exact.value(s, f"{path}/oneOf") for s in schemas]
+        if exact.inexact:
+            raise GrammarError(f"oneOf: branches that may overlap ({path})")
+        return nodes
 
     def _one_of_proofs(self, path: str) -> OneOfProofs:
         return OneOfProofs(lambda s: self._deref(s, path), _regex_search, self.strict)

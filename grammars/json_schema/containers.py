@@ -27,7 +27,7 @@ from grammars.json_schema.constants import (
 )
 from grammars.json_schema.core import _ANNOTATIONS, _types_of, node_size
 from grammars.json_schema.rewrite import _merge
-from grammars.json_schema.strings import _string_literal, string_node
+from grammars.json_schema.strings import _string_literal, key_except, key_node
 from grammars.regex import regex_to_node
 
 _MAX_UNIQUE_VALUES = 8  # uniqueItems: the automaton tracks which values were used (2**n)
@@ -243,10 +243,10 @@ class _ContainerNodes:
         """A member whose key is none of `names` (and one propertyNames allows): pattern
         properties, then additional ones."""
         parts = []
-        taken = constants_node(names, _key_literal, path) if names else None
+        taken = constants_node(names, _key_literal, path) if names and pattern_props else None
         pattern_keys = []
         for i, (pat, psub) in enumerate(pattern_props.items()):
-            key = cat(lit('"'), regex_to_node(pat, json_mode=True, search=True), lit('"'))
+            key = cat(lit('"'), regex_to_node(pat, search=True, key_mode=True), lit('"'))
             pattern_keys.append(key)
             for other in pattern_keys[:-1]:
                 overlap = intersect(key, other)
@@ -259,10 +259,11 @@ class _ContainerNodes:
             value = self.value(psub, f"{path}/patternProperties/{i}")
             parts.append(cat(key, self.key_sep_push if value[0] == "nt" else self.key_sep, value))
         if additional is not False:
-            key = string_node({})
-            excluded = [k for k in pattern_keys]
-            if taken is not None:
-                excluded.append(taken)
+            plain = None if pattern_keys else key_except(tuple(names))
+            key = key_node() if plain is None else ("dfa", plain)
+            excluded = [] if plain is not None else list(pattern_keys)
+            if names and plain is None:
+                excluded.append(taken or constants_node(names, _key_literal, path))
             if excluded:
                 key = difference(key, alt(*excluded))
             if key_names is not None:

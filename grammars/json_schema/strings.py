@@ -10,9 +10,13 @@ from grammars.automaton import MAX_NFA_STATES, NOTHING, byte_set, cat, lit, rep
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 from grammars.literal_set import node_words
-from grammars.regex import ANY_CHAR, json_chars, regex_to_node
+from grammars.regex import ANY_CHAR, json_chars, key_chars, regex_to_node
 
 _STRING_CHAR = json_chars(ANY_CHAR)
+# A character of an object key in the spellings _string_literal writes (printable ASCII as is,
+# short escapes where JSON has them, \uXXXX for the other characters of the BMP): a property
+# named in the schema must not come back through additionalProperties spelled another way.
+_KEY_CHAR = key_chars(ANY_CHAR)
 # Calendar dates exactly: years 0001-9999, the days of each month, 29 February in leap years
 # (divisible by 4, centuries only when divisible by 400).
 _YEAR = "(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
@@ -262,6 +266,67 @@ def _format_dfa(fmt: str):
     return EagerDFA.from_node(regex_to_node(_FORMATS[fmt], json_mode=fmt == "json-pointer"))
 
 
+def key_node() -> tuple:
+    """Any object key, each character spelled as _string_literal spells it (_KEY_CHAR)."""
+    return ("dfa", _key_dfa()[0])
+
+
+@functools.lru_cache(maxsize=1)
+def _any_string_dfa():
+    """Any JSON string, determinised once: most schemas hold several."""
+    from grammars.automaton import EagerDFA
+
+    return EagerDFA.from_node(cat(lit('"'), rep(_STRING_CHAR, 0, None), lit('"')))
+
+
+@functools.lru_cache(maxsize=1)
+def _key_dfa():
+    """key_node() determinised, and its state inside a key between characters."""
+    from grammars.automaton import EagerDFA
+
+    dfa = EagerDFA.from_node(cat(lit('"'), rep(_KEY_CHAR, 0, None), lit('"')))
+    inside = next(t for m, t in dfa.trans[dfa.start] if m >> 0x22 & 1)
+    return dfa, inside
+
+
+@functools.lru_cache(maxsize=1024)
+def key_except(names: tuple[str, ...]):
+    """The EagerDFA of the keys key_node() accepts except `names` (as _string_literal spells
+    them), built straight from a trie of the names; None unless every name is printable ASCII
+    (each of whose characters key_node() reads as one byte that leads back inside the key)."""
+    from grammars.automaton import EagerDFA
+
+    if not all(_PLAIN_TEXT.fullmatch(n) for n in names):
+        return None
+    base, inside = _key_dfa()
+    children: list[dict[int, int]] = [{}]
+    ends = [False]
+    for name in names:
+        t = 0
+        for b in name.encode("ascii"):
+            nxt = children[t].get(b)
+            if nxt is None:
+                nxt = children[t][b] = len(children)
+                children.append({})
+                ends.append(False)
+            t = nxt
+        ends[t] = True
+    quote = 1 << 0x22
+    close = next(t for m, t in base.trans[inside] if m & quote)
+    n = len(base.trans)
+    trans = [list(tr) for tr in base.trans]
+    for t, kids in enumerate(children):
+        taken = quote | sum(1 << b for b in kids)
+        tr = [(m & ~taken, target) for m, target in base.trans[inside] if m & ~taken]
+        tr += [(1 << b, n + c) for b, c in kids.items()]
+        if not ends[t]:
+            tr.append((quote, close))
+        trans.append(tr)
+    trans.append([(quote, n)])
+    accept = list(base.accept) + [False] * (len(children) + 1)
+    return EagerDFA(trans, accept, len(trans) - 1).trimmed()
+
+
 def string_node(schema: dict, path: str = "#") -> tuple:
     lo = schema.get("minLength", 0)
     hi = schema.get("maxLength")
@@ -283,7 +348,7 @@ def string_node(schema: dict, path: str = "#") -> tuple:
         fmt = None  # an unknown format is an annotation
     if not patterns and fmt is None:
         if lo == 0 and hi is None:
-            return cat(lit('"'), rep(_STRING_CHAR, 0, None), lit('"'))
+            return ("dfa", _any_string_dfa())
         return cat(lit('"'), ("dfa", _length_dfa(lo, hi)), lit('"'))
     body = _string_body(patterns, fmt, lo, hi)
     if body is None:

@@ -1,0 +1,99 @@
+"""Documents a schema refuses are never accepted, even where the automaton is built in a
+restricted form (properties in one order, digit runs cut, keys spelled one way) or the pattern
+dialects disagree; what cannot be enforced exactly raises GrammarError."""
+
+import pytest
+
+from grammars import GrammarError
+
+AB = {"a": {"type": "integer"}, "b": {"type": "integer"}}
+BA = {"b": {"type": "integer"}, "a": {"type": "integer"}}
+
+
+def _closed(props: dict) -> dict:
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(props),
+        "additionalProperties": False,
+    }
+
+
+@pytest.mark.parametrize("order", ["schema", "any"])
+def test_one_of_branches_that_differ_only_in_property_order_overlap(compiler, checker, order):
+    # written in different orders, the two branches' automata share no text, yet every object
+    # of one matches the other: enforcing the oneOf as an anyOf would accept it
+    schema = {"oneOf": [_closed(AB), _closed(BA)]}
+    try:
+        grammar = compiler.compile_json_schema(schema, property_order=order)
+    except GrammarError:
+        return
+    for doc in ('{"a": 1, "b": 2}', '{"b": 2, "a": 1}'):
+        assert not checker.accepts(grammar, doc), doc
+
+
+def test_one_of_overlap_where_any_order_falls_back_to_the_schema_order(compiler, checker):
+    # maxProperties counts the members, which only the schema's order can do: the branches'
+    # automata are disjoint again, the schemas are not
+    counted = [
+        {**_closed(props), "additionalProperties": {"const": 0}, "maxProperties": 2}
+        for props in (AB, BA)
+    ]
+    try:
+        grammar = compiler.compile_json_schema({"oneOf": counted}, property_order="any")
+    except GrammarError:
+        return
+    for doc in ('{"a": 1, "b": 2}', '{"b": 2, "a": 1}'):
+        assert not checker.accepts(grammar, doc), doc
+
+
+def test_one_of_overlap_hidden_by_cut_digit_runs(compiler, checker):
+    # with 5 digits at most, an unbounded integer never reaches 10**20: the automata are
+    # disjoint, the schemas are not
+    schema = {
+        "oneOf": [{"type": "integer", "minimum": 10**20, "maximum": 10**21}, {"type": "integer"}]
+    }
+    try:
+        grammar = compiler.compile_json_schema(schema, max_number_digits=5)
+    except GrammarError:
+        return
+    assert not checker.accepts(grammar, str(10**20))
+
+
+def test_disjoint_one_of_branches_in_different_orders_stay_exact(checker):
+    schema = {
+        "oneOf": [
+            {**_closed(AB), "properties": {**AB, "k": {"const": 1}}, "required": ["k"]},
+            {**_closed(BA), "properties": {**BA, "k": {"const": 2}}, "required": ["k"]},
+        ]
+    }
+    checker.check_schema("kinds", schema, [{"a": 1, "k": 1}, {"b": 1, "k": 2}], [{"k": 3}, {}])
+
+
+def test_a_named_property_spelled_with_escapes_is_not_an_additional_one(compiler, checker):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    grammar = compiler.compile_json_schema(schema)
+    assert checker.accepts(grammar, '{"a": 1, "b": "x"}')
+    assert not checker.accepts(grammar, '{"\\u0061": "x"}')  # "a", which must be an integer
+    assert checker.accepts(grammar, '{"\\u00e9": "x"}')  # non-ASCII keys keep their escapes
+    closed = {"patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False}
+    grammar = compiler.compile_json_schema({"type": "object", **closed})
+    assert checker.accepts(grammar, '{"x1": 1}')
+    assert not checker.accepts(grammar, '{"\\u0078": "s"}')
+
+
+@pytest.mark.parametrize(
+    "pattern,refused",
+    [
+        ("^.$", ["\r", "\u2028", "\n"]),  # ECMA-262: "." stops at every line end
+        ("(?i)^[^a]$", ["a", "A"]),
+    ],
+)
+def test_patterns_never_match_more_than_ecma_262(checker, pattern, refused):
+    checker.check_schema(pattern, {"type": "string", "pattern": pattern}, ["b"], refused)
+
+
+@pytest.mark.parametrize("pattern", ["^a*+a$", "^(?>a*)a$", "^a{,3}$", "a\\Z", "\\Aa"])
+def test_patterns_read_differently_by_the_dialects_raise(compiler, pattern):
+    with pytest.raises(GrammarError, match="pattern"):
+        compiler.compile_json_schema({"type": "string", "pattern": pattern})
