@@ -119,6 +119,7 @@ def run_llama_cpp(name: str, args) -> dict:
         n_ctx=4096,
         n_batch=512,
         n_threads=args.threads,
+        n_threads_batch=args.threads,  # its default is every core, for prefill
         verbose=False,
     )
     figures = {"rss_after_load_mb": current_rss_mb()}

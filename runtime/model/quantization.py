@@ -2,18 +2,19 @@
 
 A `QuantizedTensor` is a row-local code for a [rows, cols] weight (every row quantized on its
 own), so the blocks of a merged layer (q|k|v, gate|up) are quantized one by one and their rows
-concatenated. Both kinds run on torch's weight-only CPU kernels for the few rows of a decode
-step and fall back to a dense GEMM over the dequantized weight for long extends, where the
-kernels lose (benchmarks/bench_cpu.py):
+concatenated:
 
-- int8: w = q * scale[row], q in [-127, 127] (`torch.ops.aten._weight_int8pack_mm`).
+- int8: w = q * scale[row], q in [-127, 127].
 - int4: w = (q - 8) * scale[row, group] + zero[row, group], q in [0, 15], groups of 32 along
-  the row (`_weight_int4pack_mm_for_cpu`). GGUF Q4_0 (w = (q - 8) * d) and Q4_1
+  the row, two codes a byte in GGUF's layout. GGUF Q4_0 (w = (q - 8) * d) and Q4_1
   (w = q * d + m, so zero = m + 8 d) blocks map onto it exactly, so the file's own 4-bit codes
   are kept, not rounded a second time.
 
-The kernels take bf16 activations and bf16 scales: activations are rounded to bf16 for the
-product (and its result rounded to bf16) while everything around stays in the model dtype.
+`QuantizedMatmul` runs the few rows of a decode step on our AVX2 kernels over the codes
+themselves (runtime/model/qgemv.c; activations rounded to int16 per group of 32) or, where
+those do not build, on torch's weight-only kernels (bf16 activations and scales:
+`_weight_int8pack_mm`, `_weight_int4pack_mm_for_cpu`); long extends run a dense GEMM over the
+dequantized weight, where the kernels lose (benchmarks/bench_cpu.py).
 """
 
 from __future__ import annotations
