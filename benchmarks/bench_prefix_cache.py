@@ -5,18 +5,28 @@ turns each; every turn resends the whole conversation plus a new user message an
 64-token answer. Then a few-shot batch: 50 questions behind one 20-shot prefix. The same
 requests run three ways in one process; ends with one JSON line.
 
+With --dp-size N the same workload runs against servers instead, the sessions as concurrent
+clients (each sends its next turn when its answer arrives): one worker (the hit-rate
+reference), then N workers with cache-aware routing, then the same N workers round-robin.
+
     python benchmarks/bench_prefix_cache.py [--sessions 8] [--turns 6] [--questions 50]
+    python benchmarks/bench_prefix_cache.py --dp-size 2 [--sessions 8] [--turns 6]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import httpx  # noqa: E402
 
 from runtime import Engine  # noqa: E402
 
@@ -84,18 +94,20 @@ def system_prompt() -> str:
     )
 
 
+def user_turn(s: int, turn: int) -> dict:
+    return {
+        "role": "user",
+        "content": f"Session {s}, turn {turn}: where is my order {1000 + 37 * s + turn}?",
+    }
+
+
 def run_sessions(engine: Engine, system: str, sessions: int, turns: int):
     histories = [[{"role": "system", "content": system}] for _ in range(sessions)]
     records = []
     for turn in range(turns):
         prompts = []
         for s, history in enumerate(histories):
-            history.append(
-                {
-                    "role": "user",
-                    "content": f"Session {s}, turn {turn}: where is my order {1000 + 37 * s + turn}?",
-                }
-            )
+            history.append(user_turn(s, turn))
             prompts.append(
                 engine.tokenizer.apply_chat_template(
                     history, tokenize=False, add_generation_prompt=True
@@ -110,12 +122,18 @@ def run_sessions(engine: Engine, system: str, sessions: int, turns: int):
     return records
 
 
-def run_few_shot(engine: Engine, questions: int):
+def few_shot_prompts(questions: int) -> list[str]:
     shots = "".join(
         f"Q: What is {a} plus {a * 3 % 17}?\nA: {a + a * 3 % 17}\n" for a in range(1, 21)
     )
-    prompts = [f"{shots}Q: What is {q} plus {q % 7}?\nA:" for q in range(100, 100 + questions)]
-    outs = engine.generate(prompts, {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True})
+    return [f"{shots}Q: What is {q} plus {q % 7}?\nA:" for q in range(100, 100 + questions)]
+
+
+FEW_SHOT_PARAMS = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+
+
+def run_few_shot(engine: Engine, questions: int):
+    outs = engine.generate(few_shot_prompts(questions), FEW_SHOT_PARAMS)
     return [(1, o["meta_info"]) for o in outs]
 
 
@@ -128,6 +146,10 @@ def measure(name: str, options: dict, args) -> dict:
     records += run_few_shot(engine, args.questions)
     elapsed = time.perf_counter() - start
     engine.shutdown()
+    return summarize(name, records, elapsed)
+
+
+def summarize(name: str, records: list, elapsed: float) -> dict:
     later = [m for turn, m in records if turn > 0]
     ttfts = sorted(m["ttft"] for _, m in records)
     out_tokens = sum(m["completion_tokens"] for _, m in records)
@@ -145,13 +167,109 @@ def measure(name: str, options: dict, args) -> dict:
     }
 
 
+async def http_session(client, tokenizer, system: str, s: int, turns: int, records: list):
+    """One agent: each turn resends the conversation once the previous answer is back."""
+    history = [{"role": "system", "content": system}]
+    for turn in range(turns):
+        history.append(user_turn(s, turn))
+        text = tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
+        params = {"max_new_tokens": ANSWER_TOKENS, "temperature": 0, "ignore_eos": True}
+        r = await client.post("/generate", json={"text": text, "sampling_params": params})
+        r.raise_for_status()
+        out = r.json()
+        history.append({"role": "assistant", "content": out["text"]})
+        records.append((turn, out["meta_info"]))
+
+
+async def run_http_workload(url: str, tokenizer, args) -> tuple[list, float]:
+    records: list = []
+    async with httpx.AsyncClient(base_url=url, timeout=1800) as client:
+        start = time.perf_counter()
+        system = system_prompt()
+        await asyncio.gather(
+            *(
+                http_session(client, tokenizer, system, s, args.turns, records)
+                for s in range(args.sessions)
+            )
+        )
+        r = await client.post(
+            "/generate",
+            json={"text": few_shot_prompts(args.questions), "sampling_params": FEW_SHOT_PARAMS},
+        )
+        r.raise_for_status()
+        records += [(1, o["meta_info"]) for o in r.json()]
+        return records, time.perf_counter() - start
+
+
+def measure_server(name: str, dp_size: int, method: str, tokenizer, args) -> dict:
+    from tests.runtime.server_helpers import ServerProcess
+
+    server = ServerProcess(
+        "--model-path", args.model_path, "--dp-size", str(dp_size),
+        "--load-balance-method", method, "--cpu-threads", str(args.cpu_threads),
+        "--log-level", "warning", "--log-interval", "0",
+        timeout=600,
+    )  # fmt: skip
+    try:
+        for prompt in ("warm up", "and the other worker"):
+            httpx.post(
+                f"{server.url}/generate",
+                json={"text": prompt, "sampling_params": {"max_new_tokens": 4}},
+                timeout=300,
+            )
+        httpx.post(f"{server.url}/flush_cache", timeout=60).raise_for_status()
+        records, elapsed = asyncio.run(run_http_workload(server.url, tokenizer, args))
+        out = summarize(name, records, elapsed)
+        workers = httpx.get(f"{server.url}/get_server_info", timeout=60).json().get("workers")
+        if workers:
+            out["prompt_tokens_per_worker"] = [w["prompt_tokens"] for w in workers]
+        return out
+    finally:
+        server.stop()
+
+
+def main_data_parallel(args) -> None:
+    from runtime.model.loader import load_tokenizer, resolve_model_path
+
+    tokenizer = load_tokenizer(resolve_model_path(args.model_path))
+    n = args.dp_size
+    ways = {
+        "dp1": (1, "cache_aware"),
+        f"dp{n}_cache_aware": (n, "cache_aware"),
+        f"dp{n}_round_robin": (n, "round_robin"),
+    }
+    results = {}
+    for name, (dp, method) in ways.items():
+        results[name] = measure_server(name, dp, method, tokenizer, args)
+        print(json.dumps(results[name]), flush=True)
+    one, aware, rr = results["dp1"], results[f"dp{n}_cache_aware"], results[f"dp{n}_round_robin"]
+    figures = {
+        "cache_aware_vs_round_robin": round(aware["throughput_tok_s"] / rr["throughput_tok_s"], 2),
+        "cache_aware_vs_dp1": round(aware["throughput_tok_s"] / one["throughput_tok_s"], 2),
+        "hit_rate_points_below_dp1": round(
+            100 * (one["hit_rate_after_first_turn"] - aware["hit_rate_after_first_turn"]), 1
+        ),
+        "round_robin_hit_rate_points_below_dp1": round(
+            100 * (one["hit_rate_after_first_turn"] - rr["hit_rate_after_first_turn"]), 1
+        ),
+    }
+    print(json.dumps({"bench": "prefix_cache_dp", "dp_size": n, **figures, "ways": results}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model-path", default="smollm2")
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--questions", type=int, default=50)
+    parser.add_argument(
+        "--dp-size", type=int, default=1, help="N > 1: servers with N workers (see above)"
+    )
+    parser.add_argument("--cpu-threads", type=int, default=1, help="per server worker")
     args = parser.parse_args()
+    if args.dp_size > 1:
+        main_data_parallel(args)
+        return
     results = {name: measure(name, options, args) for name, options in WAYS.items()}
     print(
         f"{'way':12} {'tok/s':>8} {'ttft mean':>10} {'ttft p95':>9} {'hit rate':>9} {'seconds':>8}"

@@ -81,6 +81,11 @@ class Engine:
 
     def __init__(self, **kwargs):
         self.server_args = ServerArgs(**kwargs)
+        if self.server_args.dp_size > 1:
+            raise ValueError(
+                "dp_size > 1 needs the server (python -m runtime.launch_server --dp-size N): "
+                "the offline Engine runs one scheduler in this process"
+            )
         logging.basicConfig(level=self.server_args.log_level.upper())
         if self.server_args.cpu_threads is not None:
             import torch

@@ -33,6 +33,7 @@ class FlushCacheReq:
 @dataclass
 class FlushCacheResp:
     success: bool
+    worker: int = 0  # the data-parallel worker that answers (--dp-size)
 
 
 @dataclass
@@ -64,6 +65,7 @@ class BatchTokenOut:
 
     outputs: list[ReqOutput]
     stats: dict | None = None
+    worker: int = 0  # the data-parallel worker that sent it (--dp-size)
 
 
 @dataclass
@@ -78,3 +80,4 @@ class StrOutput:
 class BatchStrOut:
     outputs: list[StrOutput]
     stats: dict | None = None
+    worker: int = 0

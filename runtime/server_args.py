@@ -15,6 +15,7 @@ JSON_WHITESPACE = ("bounded", "compact", "any")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
+LOAD_BALANCE_METHODS = ("cache_aware", "round_robin", "shortest_queue")
 
 
 def _opt(default, help: str, **extra):
@@ -110,6 +111,18 @@ class ServerArgs:
         "Longest run of digits (integer part, fraction, exponent) JSON constraints allow in a "
         "number the schema leaves unbounded (0: no limit).",
     )
+    dp_size: int = _opt(
+        1,
+        "Data parallelism: independent scheduler workers, each with its own model copy and "
+        "radix cache, behind the one HTTP server (--mem-fraction is split between them; "
+        "--max-total-tokens is each one's).",
+    )
+    load_balance_method: str = _opt(
+        "cache_aware",
+        "How --dp-size workers share requests: cache_aware (the worker holding the longest "
+        "prefix, unless the match is short or the worker busy), round_robin or shortest_queue.",
+        choices=LOAD_BALANCE_METHODS,
+    )
 
     def __post_init__(self):
         if self.schedule_policy not in SCHEDULE_POLICIES:
@@ -126,6 +139,7 @@ class ServerArgs:
             ("device", DEVICES),
             ("log_level", LOG_LEVELS),
             ("quantization", QUANTIZATIONS),
+            ("load_balance_method", LOAD_BALANCE_METHODS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -159,6 +173,8 @@ class ServerArgs:
             raise ValueError("json_number_digits must be 0 (no limit) or a number of digits")
         if not self.header_read_timeout > 0:
             raise ValueError("header_read_timeout must be a positive number of seconds")
+        if self.dp_size < 1:
+            raise ValueError("dp_size must be at least 1")
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:

@@ -52,7 +52,7 @@ def run_detokenizer_process(
                     o.error, o.error_status = f"internal error while detokenizing: {exc}", 500
                     o.finish_reason = {"type": "abort", "message": o.error}
                     outs.append(StrOutput(o, ""))
-            send.send_pyobj(BatchStrOut(outs, msg.stats))
+            send.send_pyobj(BatchStrOut(outs, msg.stats, msg.worker))
     except Exception:
         logger.error("detokenizer crashed:\n%s", traceback.format_exc())
         os._exit(1)

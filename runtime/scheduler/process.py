@@ -29,9 +29,12 @@ STATS_INTERVAL = 0.5  # seconds between stats updates while requests run without
 class SchedulerLoop:
     """Receives requests, steps the scheduler, and sends every request's new tokens."""
 
-    def __init__(self, args: ServerArgs, recv_path: str, send_path: str, parent_pid: int):
+    def __init__(
+        self, args: ServerArgs, recv_path: str, send_path: str, parent_pid: int, worker: int = 0
+    ):
         from runtime.scheduler.scheduler import Scheduler
 
+        self.worker = worker  # data-parallel rank (--dp-size), named in every message sent
         self.scheduler = Scheduler(args)
         ctx = zmq.Context()
         self.recv = pull_socket(ctx, recv_path)
@@ -69,8 +72,9 @@ class SchedulerLoop:
         computed = stats["computed_prompt_tokens"] - before["computed_prompt_tokens"]
         cached = stats["cached_prompt_tokens"] - before["cached_prompt_tokens"]
         logger.info(
-            "running %d, waiting %d | prefill %.1f tok/s, decode %.1f tok/s, jump-forward %d "
+            "%srunning %d, waiting %d | prefill %.1f tok/s, decode %.1f tok/s, jump-forward %d "
             "tok | cache hit %.0f%% | KV used %.0f%% | %d retracted",
+            f"worker {self.worker}: " if self.scheduler.args.dp_size > 1 else "",
             stats["running"],
             stats["waiting"],
             computed / seconds,
@@ -83,7 +87,7 @@ class SchedulerLoop:
         self.logged_at, self.logged_stats = now, dict(stats)
 
     def _send_batch(self, outputs: list[ReqOutput]) -> None:
-        self.send.send_pyobj(BatchTokenOut(outputs, self.scheduler.get_stats()))
+        self.send.send_pyobj(BatchTokenOut(outputs, self.scheduler.get_stats(), self.worker))
         self.stats_sent_at = time.monotonic()
 
     def _receive(self, block: bool) -> None:
@@ -106,7 +110,7 @@ class SchedulerLoop:
             elif isinstance(msg, FlushCacheReq):
                 ok = self.scheduler.flush_cache()
                 self._send_batch([])  # stats first
-                self.send.send_pyobj(FlushCacheResp(ok))
+                self.send.send_pyobj(FlushCacheResp(ok, self.worker))
         if outputs:
             self._send_batch(outputs)
 
@@ -209,16 +213,17 @@ class SchedulerLoop:
 
 
 def run_scheduler_process(
-    args: ServerArgs, recv_path: str, send_path: str, ready, parent_pid: int
+    args: ServerArgs, recv_path: str, send_path: str, ready, parent_pid: int, worker: int = 0
 ) -> None:
     child_setup(args)
     try:
-        loop = SchedulerLoop(args, recv_path, send_path, parent_pid)
+        loop = SchedulerLoop(args, recv_path, send_path, parent_pid, worker)
         loop.warm_up()
         sch = loop.scheduler
         logger.info(
-            "model %s on %s (%s), context %d, KV pool %d tokens, %s, policy %s, "
+            "%smodel %s on %s (%s), context %d, KV pool %d tokens, %s, policy %s, "
             "chunked prefill %d, jump-forward %s, JSON whitespace %s",
+            f"worker {worker} of {args.dp_size}: " if args.dp_size > 1 else "",
             args.model_path,
             sch.runner.device,
             str(sch.runner.dtype).removeprefix("torch.")

@@ -286,7 +286,18 @@ def create_app(
 
     @app.get("/get_server_info")
     async def server_info():
-        return {"server_args": vars(args) | {"api_key": None}, "stats": tm.stats}
+        out = {"server_args": vars(args) | {"api_key": None}, "stats": tm.stats}
+        if tm.num_workers > 1:  # stats are the totals; each worker's as well
+            out["workers"] = [
+                {
+                    "worker": w,
+                    "pid": info["worker_pids"][w],
+                    "requests_in_flight": tm.router.in_flight[w],
+                    **stats,
+                }
+                for w, stats in enumerate(tm.worker_stats)
+            ]
+        return out
 
     @app.get("/metrics")
     async def metrics_text():

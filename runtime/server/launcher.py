@@ -1,8 +1,9 @@
-"""Server start-up and shutdown: the scheduler and detokenizer children, then uvicorn."""
+"""Server start-up and shutdown: the scheduler worker(s) and detokenizer children, then uvicorn."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -15,6 +16,7 @@ import time
 from runtime.server.connections import header_timeout_protocol
 from runtime.server.http_server import create_app
 from runtime.server.metrics import ServerMetrics
+from runtime.server.router import Router
 from runtime.server.tokenizer_manager import TokenizerManager
 from runtime.server_args import ServerArgs
 
@@ -51,7 +53,8 @@ def remove_stale_ipc_dirs() -> None:
 
 
 class ServerProcesses:
-    """The scheduler and detokenizer children, their ipc sockets, and their shutdown."""
+    """The scheduler workers (one, or --dp-size of them) and the detokenizer, their ipc
+    sockets, and their shutdown."""
 
     def __init__(self, args: ServerArgs):
         self.args = args
@@ -61,36 +64,45 @@ class ServerProcesses:
         self.paths = {
             n: os.path.join(self.ipc_dir, n) for n in ("scheduler", "detokenizer", "tokenizer")
         }
+        if args.dp_size == 1:
+            self.scheduler_names = ["radixgen-scheduler"]
+            self.scheduler_paths = [self.paths["scheduler"]]
+        else:
+            self.scheduler_names = [f"radixgen-scheduler-{i}" for i in range(args.dp_size)]
+            self.scheduler_paths = [
+                os.path.join(self.ipc_dir, f"scheduler-{i}") for i in range(args.dp_size)
+            ]
         self.children: list[mp.Process] = []
 
     def start(self) -> dict:
+        """Start the workers (loading at the same time), then the detokenizer; returns the
+        first worker's ready message, with every worker's stats and KV pool size added."""
         from runtime.detokenizer.process import run_detokenizer_process
         from runtime.scheduler.process import run_scheduler_process
 
         ctx = mp.get_context("spawn")
-        reader, writer = ctx.Pipe(duplex=False)
-        sched = ctx.Process(
-            target=run_scheduler_process,
-            args=(
-                self.args,
-                self.paths["scheduler"],
-                self.paths["detokenizer"],
-                writer,
-                os.getpid(),
-            ),
-            name="radixgen-scheduler",
-            daemon=True,
-        )
-        sched.start()
-        self.children.append(sched)
-        while not reader.poll(1.0):
-            if not sched.is_alive():
-                raise RuntimeError(
-                    f"the scheduler process exited with code {sched.exitcode} while loading"
-                )
-        info = reader.recv()
-        if info["status"] != "ready":
-            raise RuntimeError(f"the scheduler process failed to start:\n{info['error']}")
+        worker_args = self.args
+        if self.args.dp_size > 1:  # the workers share the device: split the KV memory
+            worker_args = dataclasses.replace(
+                self.args, mem_fraction=self.args.mem_fraction / self.args.dp_size
+            )
+        pending = []
+        for worker, (name, path) in enumerate(zip(self.scheduler_names, self.scheduler_paths)):
+            reader, writer = ctx.Pipe(duplex=False)
+            sched = ctx.Process(
+                target=run_scheduler_process,
+                args=(worker_args, path, self.paths["detokenizer"], writer, os.getpid(), worker),
+                name=name,
+                daemon=True,
+            )
+            sched.start()
+            self.children.append(sched)
+            pending.append((sched, reader))
+        infos = [self._wait_ready(sched, reader) for sched, reader in pending]
+        info = dict(infos[0])
+        info["worker_stats"] = [i["stats"] for i in infos]
+        info["worker_kv_pool_sizes"] = [i["kv_pool_size"] for i in infos]
+        info["worker_pids"] = [sched.pid for sched, _ in pending]
         detok = ctx.Process(
             target=run_detokenizer_process,
             args=(
@@ -106,6 +118,20 @@ class ServerProcesses:
         detok.start()
         self.children.append(detok)
         return info
+
+    def _wait_ready(self, sched: mp.Process, reader) -> dict:
+        what = "the scheduler process" if self.args.dp_size == 1 else f"{sched.name}"
+        while not reader.poll(1.0):
+            if not sched.is_alive():
+                raise RuntimeError(f"{what} exited with code {sched.exitcode} while loading")
+        info = reader.recv()
+        if info["status"] != "ready":
+            raise RuntimeError(f"{what} failed to start:\n{info['error']}")
+        return info
+
+    def worker_of(self, name: str) -> int | None:
+        """The data-parallel worker a child process name belongs to (None: the detokenizer)."""
+        return self.scheduler_names.index(name) if name in self.scheduler_names else None
 
     def watch(self, on_death) -> None:
         """Call on_death(name, exitcode) from a thread when a child dies."""
@@ -174,17 +200,24 @@ def launch_server(args: ServerArgs) -> int:
         except RuntimeError as exc:  # the model did not load: the child said why
             logger.error("%s", exc)
             return 1
-        metrics = ServerMetrics()
+        metrics = ServerMetrics(args.dp_size)
+        router = Router(
+            args.dp_size,
+            args.load_balance_method,
+            min(info["worker_kv_pool_sizes"]),
+            cache_enabled=not args.disable_radix_cache,
+        )
         tm = TokenizerManager(
             info["tokenizer_folder"],
-            procs.paths["scheduler"],
+            procs.scheduler_paths,
             procs.paths["tokenizer"],
             metrics,
             info["context_length"],
             args.chat_template,
+            router,
         )
-        tm.stats = info["stats"]  # live from the start; the scheduler refreshes them
-        metrics.update_engine(tm.stats)
+        for worker, stats in enumerate(info["worker_stats"]):  # live from the start
+            tm.update_stats(worker, stats)
         app = create_app(args, info, tm, metrics)
 
         config = uvicorn.Config(
@@ -204,7 +237,19 @@ def launch_server(args: ServerArgs) -> int:
             if server.should_exit:  # stopping anyway: the children end with us
                 return
             crashed.append(name)
-            logger.error("%s process died (exit code %s); shutting the server down", name, code)
+            worker = procs.worker_of(name)
+            if worker is not None and args.dp_size > 1:
+                logger.error(
+                    "%s process (data-parallel worker %d of %d) died (exit code %s); its "
+                    "requests fail and the server shuts down",
+                    name,
+                    worker,
+                    args.dp_size,
+                    code,
+                )
+                tm.fail_worker(worker, f"data-parallel worker {worker} died (exit code {code})")
+            else:
+                logger.error("%s process died (exit code %s); shutting the server down", name, code)
             server.should_exit = server.force_exit = True
 
         procs.watch(on_death)

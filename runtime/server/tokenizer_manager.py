@@ -22,7 +22,8 @@ from runtime.messages import (
 from runtime.model.loader import load_tokenizer
 from runtime.outputs import GenerationResult
 from runtime.sampling.params import SamplingParams
-from runtime.server.metrics import ServerMetrics
+from runtime.server.metrics import ServerMetrics, total_stats
+from runtime.server.router import Router
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class ReqState:
     error: str | None = None
     error_status: int = 400
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    worker: int = 0  # the data-parallel worker running it
 
     def start_result(self, prompt_tokens: int, cached_tokens: int) -> GenerationResult:
         """The result, created empty by the first output (or by an early end)."""
@@ -118,35 +120,61 @@ class ReqState:
 
 
 class TokenizerManager:
+    """Request state of the HTTP process. With several scheduler workers (--dp-size), `router`
+    picks each request's worker; the request's abort goes to that worker, a cache flush to
+    all of them, and `stats` are their totals (`worker_stats` each one's)."""
+
     def __init__(
         self,
         tokenizer_folder: str,
-        send_path: str,
+        send_paths: str | list[str],
         recv_path: str,
         metrics: ServerMetrics,
         context_length: int,
         chat_template: str | None = None,
+        router: Router | None = None,
     ):
         self.tokenizer = load_tokenizer(tokenizer_folder, chat_template)
         self.context_length = context_length
         # a text this long in UTF-8 has more tokens than the context, whatever it says
         self.max_prompt_bytes = context_length * max_token_bytes(self.tokenizer)
         ctx = zmq.asyncio.Context()
-        self.send = ctx.socket(zmq.PUSH)
-        self.send.setsockopt(zmq.SNDHWM, 0)
-        self.send.connect(f"ipc://{send_path}")
+        if isinstance(send_paths, str):
+            send_paths = [send_paths]
+        self.sends = []
+        for path in send_paths:
+            sock = ctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.connect(f"ipc://{path}")
+            self.sends.append(sock)
+        self.router = router or Router(len(self.sends), "round_robin", 0)
         self.recv = ctx.socket(zmq.PULL)
         self.recv.setsockopt(zmq.RCVHWM, 0)
         self.recv.bind(f"ipc://{recv_path}")
         self.states: dict[str, ReqState] = {}
         self.metrics = metrics
         self.stats: dict = {}
-        self._flush_waiters: list[asyncio.Future] = []
+        self.worker_stats: list[dict] = [{} for _ in self.sends]
+        self._flush_waiters: list[list[asyncio.Future]] = [[] for _ in self.sends]
         self._loop_task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.sends)
 
     def start(self) -> None:
         if self._loop_task is None:
-            self._loop_task = asyncio.get_running_loop().create_task(self._handle_loop())
+            self._loop = asyncio.get_running_loop()
+            self._loop_task = self._loop.create_task(self._handle_loop())
+
+    def update_stats(self, worker: int, stats: dict) -> None:
+        """A worker's latest scheduler stats; `stats` becomes the total over workers."""
+        self.worker_stats[worker] = stats
+        self.stats = stats if self.num_workers == 1 else total_stats(self.worker_stats)
+        self.metrics.update_engine(self.stats)
+        if self.num_workers > 1:
+            self.metrics.update_worker(worker, stats)
 
     # ---- requests ----------------------------------------------------------------------
     def prepare(self, text, input_ids, sampling_params, rid=None):
@@ -190,9 +218,13 @@ class TokenizerManager:
     ) -> ReqState:
         self.check_rids([rid])
         check_logprob_args(len(input_ids), logprob_start_len, top_logprobs_num)
+        route = self.router.route(input_ids)
         state = ReqState(rid, len(input_ids), params, return_logprob, top_logprobs_num)
+        state.worker = route.worker
         self.states[rid] = state
-        self.send.send_pyobj(
+        if self.num_workers > 1:
+            self.metrics.routed(route.worker, route.reason, self.router.in_flight)
+        self.sends[route.worker].send_pyobj(
             TokenizedGenerateReq(
                 rid, input_ids, params, return_logprob, logprob_start_len, top_logprobs_num, stream
             )
@@ -290,29 +322,60 @@ class TokenizerManager:
         """Ask the scheduler to stop a request; its waiter gets an "abort" finish reason."""
         state = self.states.get(rid)
         if state is not None and not state.finished:
-            self.send.send_pyobj(AbortReq(rid))
+            self.sends[state.worker].send_pyobj(AbortReq(rid))
             self.metrics.aborted.inc()
 
     def end_all(self, message: str) -> int:
         """End every request still running with `message` (HTTP 503; a stream that started gets
         a last event with finish reason abort), and abort them in the scheduler. Returns how
         many there were."""
-        pending = [s for s in self.states.values() if not s.finished]
+        return self._end([s for s in self.states.values() if not s.finished], message)
+
+    def fail_worker(self, worker: int, message: str) -> None:
+        """A worker died and the server stops: end its requests with `message` and the other
+        workers' with a shutdown notice (HTTP 503) before the connections close. Safe from
+        any thread."""
+
+        def end() -> None:
+            self._end([s for s in self.states.values() if s.worker == worker], message)
+            self._end(list(self.states.values()), f"the server shut down: {message}")
+
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(end)
+
+    def _end(self, pending: list[ReqState], message: str) -> int:
         for state in pending:
             self.abort(state.rid)
             state.error, state.error_status = message, 503
             state.start_result(state.prompt_len, 0)
             state.result.finish_reason = {"type": "abort", "message": message}
             state.finished = True
-            self.states.pop(state.rid, None)
+            self._retire(state)
             state.changed.set()
         return len(pending)
 
+    def _retire(self, state: ReqState) -> None:
+        """The request ended: forget it (waiters hold the state itself), free its worker slot."""
+        if self.states.pop(state.rid, None) is not None:
+            self.router.release(state.worker)
+            if self.num_workers > 1:
+                self.metrics.in_flight(state.worker, self.router.in_flight[state.worker])
+
     async def flush_cache(self) -> bool:
-        fut = asyncio.get_running_loop().create_future()
-        self._flush_waiters.append(fut)
-        self.send.send_pyobj(FlushCacheReq())
-        return await fut
+        """Flush every worker's cache; True only if all of them flushed (a worker with
+        requests running refuses)."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for worker, sock in enumerate(self.sends):
+            fut = loop.create_future()
+            self._flush_waiters[worker].append(fut)
+            futures.append(fut)
+            sock.send_pyobj(FlushCacheReq())
+        flushed = await asyncio.gather(*futures)
+        for worker, ok in enumerate(flushed):
+            if ok:
+                self.router.clear(worker)
+        return all(flushed)
 
     # ---- results from the detokenizer --------------------------------------------------
     async def _handle_loop(self) -> None:
@@ -325,14 +388,14 @@ class TokenizerManager:
 
     def _handle(self, msg) -> None:
         if isinstance(msg, FlushCacheResp):
-            if self._flush_waiters:
-                self._flush_waiters.pop(0).set_result(msg.success)
+            waiters = self._flush_waiters[msg.worker]
+            if waiters and not (fut := waiters.pop(0)).done():  # done: the caller left
+                fut.set_result(msg.success)
             return
         if not isinstance(msg, BatchStrOut):
             return
         if msg.stats:
-            self.stats = msg.stats
-            self.metrics.update_engine(msg.stats)
+            self.update_stats(msg.worker, msg.stats)
         now = time.perf_counter()
         for item in msg.outputs:
             state = self.states.get(item.out.rid)
@@ -371,7 +434,7 @@ class TokenizerManager:
             res.input_top_logprobs = out.input_top_logprobs
         if out.finish_reason is not None:
             state.finished = True
-            self.states.pop(state.rid, None)  # waiters hold the state itself
+            self._retire(state)
             res.finish_reason = out.finish_reason
             res.e2e_latency = now - state.created
             if state.first_token_at is not None:
