@@ -166,12 +166,17 @@ void int4_dequantize(const uint8_t *q, const float *d, const float *m, int64_t n
                      float *out, int threads) {
   int64_t groups = k / GROUP;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
-  for (int64_t i = 0; i < n * groups; i++)
-    for (int j = 0; j < GROUP / 2; j++) {
-      uint8_t b = q[i * GROUP / 2 + j];
-      out[i * GROUP + j] = (float)(b & 15) * d[i] + m[i];
-      out[i * GROUP + j + GROUP / 2] = (float)(b >> 4) * d[i] + m[i];
-    }
+  for (int64_t i = 0; i < n * groups; i++) {
+    __m256i w[2];
+    unpack_group(q, i, &w[0], &w[1]);  // 2 x 16 int16 codes
+    __m256 scale = _mm256_set1_ps(d[i]), offset = _mm256_set1_ps(m[i]);
+    for (int h = 0; h < 2; h++)
+      for (int e = 0; e < 2; e++) {
+        __m128i part = e ? _mm256_extracti128_si256(w[h], 1) : _mm256_castsi256_si128(w[h]);
+        __m256 codes = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(part));
+        _mm256_storeu_ps(out + i * GROUP + h * 16 + e * 8, _mm256_fmadd_ps(codes, scale, offset));
+      }
+  }
 }
 
 void int8_dequantize(const int8_t *q, const float *s, int64_t n, int64_t k, float *out,
