@@ -22,6 +22,9 @@ def _opt(default, help: str, **extra):
     return field(default=default, metadata={"help": help, **extra})
 
 
+MAX_DP_SIZE = 64
+
+
 @dataclass
 class ServerArgs:
     """Every option of the runtime; the CLI flag is the field name with dashes."""
@@ -175,6 +178,8 @@ class ServerArgs:
             raise ValueError("header_read_timeout must be a positive number of seconds")
         if self.dp_size < 1:
             raise ValueError("dp_size must be at least 1")
+        if self.dp_size > MAX_DP_SIZE:  # each worker is a process holding a whole model copy
+            raise ValueError(f"dp_size must be at most {MAX_DP_SIZE}, got {self.dp_size}")
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:

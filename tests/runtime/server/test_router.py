@@ -104,6 +104,8 @@ def test_total_stats_add_counters_and_recompute_the_hit_rate():
 def test_bad_data_parallel_options():
     with pytest.raises(ValueError, match="dp_size"):
         ServerArgs(dp_size=0)
+    with pytest.raises(ValueError, match="dp_size must be at most"):
+        ServerArgs(dp_size=10**20)
     with pytest.raises(ValueError, match="load_balance_method"):
         ServerArgs(load_balance_method="random")
     for argv in (["--dp-size", "0"], ["--load-balance-method", "nope"]):
