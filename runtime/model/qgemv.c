@@ -362,8 +362,9 @@ void decode_step(const qmodel *m, float *h, int64_t rows, const int64_t *positio
   float *qkv = malloc(sizeof(float) * rows * qkv_width), *att = malloc(sizeof(float) * rows * qd);
   float *gu = malloc(sizeof(float) * rows * 2 * m->inter);
   float *act = malloc(sizeof(float) * rows * m->inter);
-  rounding r = {malloc(sizeof(int16_t) * rows * widest), malloc(sizeof(float) * rows * widest),
-                malloc(sizeof(float) * rows * widest)};
+  int64_t groups = rows * (widest / GROUP);  // one scale and one sum per group of 32
+  rounding r = {malloc(sizeof(int16_t) * rows * widest), malloc(sizeof(float) * groups),
+                malloc(sizeof(float) * groups)};
   for (int64_t l = 0; l < m->layers; l++) {
     const qlayer *L = m->layer + l;
     rms_norm(h, hid, L->in_norm, rows, hid, m->eps, xn);
