@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from dataclasses import dataclass
 
+from runtime.model.parallel import (
+    ParallelConfig,
+    TensorParallelError,
+    free_init_method,
+    init_method_at,
+    leave_group,
+)
 from runtime.outputs import GenerationResult
 from runtime.sampling.params import SamplingParams
+from runtime.scheduler.process import start_tp_ranks
 from runtime.scheduler.req import Req
 from runtime.scheduler.scheduler import Scheduler
 from runtime.server_args import ServerArgs
@@ -91,8 +100,40 @@ class Engine:
             import torch
 
             torch.set_num_threads(self.server_args.cpu_threads)
-        self.scheduler = Scheduler(self.server_args)
+        self._ranks = []
+        parallel = self._start_ranks()
+        try:
+            self.scheduler = Scheduler(
+                self.server_args, parallel, lambda: [r.check(wait=True) for r in self._ranks]
+            )
+        except BaseException:
+            self._stop_ranks()
+            raise
         self.tokenizer = self.scheduler.tokenizer
+
+    def _start_ranks(self) -> ParallelConfig | None:
+        """With tp_size > 1: start ranks 1.. in child processes; this process is rank 0."""
+        args = self.server_args
+        if args.tp_size == 1:
+            return None
+        if args.nnodes > 1:
+            raise ValueError("the offline Engine runs on one node: nnodes must be 1")
+        init = init_method_at(args.dist_init_addr) if args.dist_init_addr else free_init_method()
+        parallel = ParallelConfig(0, args.tp_size, init, args.tp_size)
+        self._ranks = start_tp_ranks(
+            args, parallel, range(1, args.tp_size), lambda rank: f"radixgen-tp-rank-{rank}"
+        )
+        return parallel
+
+    def _stop_ranks(self) -> None:
+        if self._ranks:
+            leave_group()
+        for r in self._ranks:
+            r.proc.join(timeout=10)
+            if r.proc.is_alive():
+                r.proc.kill()
+                r.proc.join()
+        self._ranks = []
 
     def generate(
         self,
@@ -140,4 +181,9 @@ class Engine:
         return self.scheduler.get_stats()
 
     def shutdown(self) -> None:
+        if self.scheduler is not None and self._ranks:
+            # a rank gone already makes this fail: the others then exit on their own
+            with contextlib.suppress(TensorParallelError):
+                self.scheduler.runner.stop_ranks()
+        self._stop_ranks()
         self.scheduler = None

@@ -39,15 +39,26 @@ def check_environment(args: ServerArgs) -> None:
             "--attention-backend triton needs a CUDA device "
             "(or TRITON_INTERPRET=1 to interpret the kernels on the CPU, slowly)"
         )
-    resolve_model_path(args.model_path)  # converts a GGUF once; names a missing model
+    folder = resolve_model_path(args.model_path)  # converts a GGUF once; names a missing model
+    from runtime.model.config import ModelConfig
     from runtime.model.loader import gguf_file
+    from runtime.model.parallel import check_shapes
     from runtime.model.runner import pick_quantization
 
-    pick_quantization(args.quantization, "cpu" if on_cpu else "cuda", gguf_file(args.model_path))
+    device = "cpu" if on_cpu else "cuda"
+    pick_quantization(args.quantization, device, gguf_file(args.model_path), args.tp_size)
+    check_shapes(ModelConfig.from_folder(folder), args.tp_size)
+    if device == "cuda" and args.tp_size // args.nnodes > torch.cuda.device_count():
+        raise ValueError(
+            f"--tp-size {args.tp_size}: {args.tp_size // args.nnodes} ranks on this node, "
+            f"but it has {torch.cuda.device_count()} CUDA devices"
+        )
     if args.tokenizer_path is not None:
         resolve_tokenizer_path(args.tokenizer_path)
     if args.chat_template is not None:
         read_chat_template(args.chat_template)
+    if args.node_rank > 0:  # serves no HTTP
+        return
     with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -23,6 +23,7 @@ def _opt(default, help: str, **extra):
 
 
 MAX_DP_SIZE = 64
+MAX_TP_SIZE = 64
 
 
 @dataclass
@@ -126,6 +127,23 @@ class ServerArgs:
         "prefix, unless the match is short or the worker busy), round_robin or shortest_queue.",
         choices=LOAD_BALANCE_METHODS,
     )
+    tp_size: int = _opt(
+        1,
+        "Tensor parallelism: ranks that each hold a share of every layer's heads and MLP "
+        "columns and of the KV pool (torch.distributed: gloo on CPU, NCCL on CUDA); rank 0 "
+        "schedules. Float weights only (--quantization auto or none).",
+    )
+    nnodes: int = _opt(
+        1, "Machines the --tp-size ranks span (each runs this command with its --node-rank)."
+    )
+    node_rank: int = _opt(
+        0, "This machine's place among --nnodes: 0 serves HTTP, the others only run ranks."
+    )
+    dist_init_addr: str | None = _opt(
+        None,
+        "host:port of node 0 where the tensor-parallel ranks meet (needed with --nnodes > 1; "
+        "default: a free port on this machine). With --dp-size, worker i uses port + i.",
+    )
 
     def __post_init__(self):
         if self.schedule_policy not in SCHEDULE_POLICIES:
@@ -180,6 +198,33 @@ class ServerArgs:
             raise ValueError("dp_size must be at least 1")
         if self.dp_size > MAX_DP_SIZE:  # each worker is a process holding a whole model copy
             raise ValueError(f"dp_size must be at most {MAX_DP_SIZE}, got {self.dp_size}")
+        self._check_distributed()
+
+    def _check_distributed(self) -> None:
+        if not 1 <= self.tp_size <= MAX_TP_SIZE:
+            raise ValueError(f"tp_size must lie in [1, {MAX_TP_SIZE}], got {self.tp_size}")
+        if not 1 <= self.nnodes <= self.tp_size:
+            raise ValueError(
+                f"nnodes must lie in [1, tp_size={self.tp_size}] (the nodes split the "
+                f"tensor-parallel ranks), got {self.nnodes}"
+            )
+        if self.tp_size % self.nnodes:
+            raise ValueError(
+                f"nnodes {self.nnodes} must divide tp_size {self.tp_size} "
+                "(each node runs the same number of ranks)"
+            )
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(
+                f"node_rank must lie in [0, nnodes={self.nnodes}), got {self.node_rank}"
+            )
+        if self.nnodes > 1 and self.dp_size > 1:
+            raise ValueError("dp_size > 1 runs on one node: give --nnodes 1 with it")
+        if self.nnodes > 1 and self.dist_init_addr is None:
+            raise ValueError("dist_init_addr (host:port of node 0) is needed with --nnodes > 1")
+        if self.dist_init_addr is not None:
+            host, _, port = self.dist_init_addr.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) + self.dp_size - 1 <= 65535:
+                raise ValueError(f"dist_init_addr must be host:port, got {self.dist_init_addr!r}")
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:

@@ -91,6 +91,8 @@ class NativeDecodeStep:
         cfg = model.config
         if lib is None or cfg.qk_norm or cfg.head_dim % 8 or model.quantization is None:
             return None
+        if model.tp is not None:  # the step has no collectives
+            return None
         pools = kv_pool.k_heads + kv_pool.v_heads
         if not _is_float32_cpu(model.norm.weight, model.rotary.cos, *pools):
             return None

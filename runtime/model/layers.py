@@ -1,7 +1,8 @@
 """Building blocks of the decoder: sharded linear layers, RMSNorm and rotary embeddings.
 
-Linear layers hold one tensor-parallel shard (rank `tp_rank` of `tp_size`) and know how to cut
-that shard out of a full checkpoint tensor; with tp_size=1 they hold everything. Built with
+Linear layers hold one tensor-parallel shard (of the ranks of `tp`, runtime/model/parallel.py)
+and know how to cut that shard out of a full checkpoint tensor; without `tp` they hold
+everything. Built with
 `quantization` ("int8" or "int4"), they keep their weight quantized instead
 (runtime/model/quantization.py): each checkpoint block is quantized as it loads (or arrives
 quantized from a GGUF file) and no float copy of the weight is ever held.
@@ -17,6 +18,7 @@ from torch import nn
 
 from runtime.model import qgemv
 from runtime.model.config import RopeConfig
+from runtime.model.parallel import TensorParallel
 from runtime.model.quantization import (
     QuantizationError,
     QuantizedMatmul,
@@ -52,24 +54,31 @@ def _weight(rows: int, cols: int, quantization: str | None) -> nn.Parameter | No
 
 
 class ColumnParallelLinear(nn.Module):
-    """y = x @ W.T where W stacks several output blocks (q|k|v, gate|up), each split by rank."""
+    """y = x @ W.T where W stacks several output blocks (q|k|v, gate|up), each split by rank.
+
+    `shards` gives each block's (first row, rows) on this rank; by default block b is cut in
+    tp_size equal parts, rounded up (the last rank's tail, past the checkpoint's rows, is zero:
+    a vocabulary that does not split evenly)."""
 
     def __init__(
         self,
         in_features: int,
         out_blocks: list[int],
         bias: bool,
-        tp_rank: int = 0,
-        tp_size: int = 1,
+        tp: TensorParallel | None = None,
         quantization: str | None = None,
+        shards: list[tuple[int, int]] | None = None,
     ):
         super().__init__()
-        self.tp_rank, self.tp_size = tp_rank, tp_size
-        self.shard_sizes = [b // tp_size for b in out_blocks]
+        rank, size = (tp.rank, tp.size) if tp is not None else (0, 1)
+        if shards is None:
+            shards = [(rank * -(-b // size), -(-b // size)) for b in out_blocks]
+        self.shards = shards
+        self.shard_sizes = [rows for _, rows in shards]
         self.offsets = [sum(self.shard_sizes[:i]) for i in range(len(out_blocks))]
         self.weight = _weight(sum(self.shard_sizes), in_features, quantization)
         self.quantized = (
-            _QuantizedBlocks(quantization, len(out_blocks), tp_size) if quantization else None
+            _QuantizedBlocks(quantization, len(out_blocks), size) if quantization else None
         )
         self.matmul = None
         self.bias = (
@@ -77,13 +86,14 @@ class ColumnParallelLinear(nn.Module):
         )
 
     def load(self, block: int, full, is_bias: bool = False) -> None:
-        rows = self.shard_sizes[block]
+        start, rows = self.shards[block]
         if self.quantized is not None and not is_bias:
-            self.matmul = self.quantized.load(block, full, rows, self.tp_rank * rows)
+            self.matmul = self.quantized.load(block, full, rows, start)
             return
-        shard = full.narrow(0, self.tp_rank * rows, rows)
-        target = self.bias if is_bias else self.weight
-        target.data.narrow(0, self.offsets[block], rows).copy_(shard)
+        target = (self.bias if is_bias else self.weight).data.narrow(0, self.offsets[block], rows)
+        have = max(0, min(rows, full.shape[0] - start))
+        target[:have].copy_(full.narrow(0, start, have))
+        target[have:].zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.matmul is not None:
@@ -92,23 +102,28 @@ class ColumnParallelLinear(nn.Module):
 
 
 class RowParallelLinear(nn.Module):
-    """y = x @ W.T with W split along its input dimension; ranks would all-reduce their sums."""
+    """y = x @ W.T with W split along its input dimension; the ranks' sums are all-reduced,
+    then the bias added once."""
 
     def __init__(
         self,
         in_features: int,
         out_features: int,
         bias: bool,
-        tp_rank: int = 0,
-        tp_size: int = 1,
+        tp: TensorParallel | None = None,
         quantization: str | None = None,
+        shard: tuple[int, int] | None = None,
     ):
+        """`shard`: this rank's (first input column, columns); by default an equal part."""
         super().__init__()
-        self.tp_rank, self.tp_size = tp_rank, tp_size
-        self.in_shard = in_features // tp_size
+        self.tp = tp if tp is not None and tp.enabled else None
+        rank, size = (tp.rank, tp.size) if tp is not None else (0, 1)
+        if shard is None:
+            shard = (rank * (in_features // size), in_features // size)
+        self.in_start, self.in_shard = shard
         self.out_features = out_features
         self.weight = _weight(out_features, self.in_shard, quantization)
-        self.quantized = _QuantizedBlocks(quantization, 1, tp_size) if quantization else None
+        self.quantized = _QuantizedBlocks(quantization, 1, size) if quantization else None
         self.matmul = None
         self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False) if bias else None
 
@@ -118,9 +133,12 @@ class RowParallelLinear(nn.Module):
         elif self.quantized is not None:
             self.matmul = self.quantized.load(0, full, self.out_features, 0)
         else:
-            self.weight.data.copy_(full.narrow(1, self.tp_rank * self.in_shard, self.in_shard))
+            self.weight.data.copy_(full.narrow(1, self.in_start, self.in_shard))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp is not None:
+            out = self.tp.all_reduce(F.linear(x, self.weight))
+            return out if self.bias is None else out + self.bias
         if self.matmul is not None:
             return self.matmul(x, self.bias)
         return F.linear(x, self.weight, self.bias)

@@ -14,6 +14,14 @@ from runtime.model.attention.registry import create_attention_backend
 from runtime.model.config import ModelConfig
 from runtime.model.loader import gguf_file, iter_safetensors, resolve_model_path
 from runtime.model.models.llama import LlamaForCausalLM
+from runtime.model.parallel import (
+    ParallelConfig,
+    TensorParallel,
+    TensorParallelError,
+    check_shapes,
+    cpu_threads_per_rank,
+    head_shard,
+)
 from runtime.model.quantization import QuantizationError, read_gguf_weights
 from runtime.server_args import ServerArgs
 
@@ -53,12 +61,20 @@ _INT4_TYPES = ("Q4_0", "Q4_1", "Q4_K")
 _FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
-def pick_quantization(name: str, device: str, gguf_path: str | None) -> str | None:
+def pick_quantization(
+    name: str, device: str, gguf_path: str | None, tp_size: int = 1
+) -> str | None:
     """The weight kind the decoder layers run in (None: the float dtype). `auto` keeps a GGUF
     file's precision on the CPU: int4 for 4-bit files, int8 for other quantized ones, floats
-    for float files and Hugging Face folders; on CUDA it is always the float dtype."""
-    if name == "none" or (name == "auto" and device != "cpu"):
+    for float files and Hugging Face folders; on CUDA, and with tensor parallelism (whose
+    shards the quantized kernels do not cut yet), it is always the float dtype."""
+    if name == "none" or (name == "auto" and (device != "cpu" or tp_size > 1)):
         return None
+    if tp_size > 1:
+        raise QuantizationError(
+            f"--quantization {name} does not run with --tp-size {tp_size} yet "
+            "(use auto or none: float weights)"
+        )
     if device != "cpu":
         raise QuantizationError(f"--quantization {name} runs on the CPU only")
     if name != "auto":
@@ -76,20 +92,33 @@ def pick_quantization(name: str, device: str, gguf_path: str | None) -> str | No
 class ModelRunner:
     """The model, its KV memory and the attention backend for one device."""
 
-    def __init__(self, args: ServerArgs):
+    def __init__(self, args: ServerArgs, parallel: ParallelConfig | None = None, on_loaded=None):
+        """`parallel`: this process's tensor-parallel rank; `on_loaded()` runs once the weights
+        are in, before the ranks meet (a rank that cannot load fails before anyone waits)."""
         self.args = args
+        parallel = parallel or ParallelConfig()
         self.device = pick_device(args.device)
         self.dtype = pick_dtype(args.dtype, self.device)
         self.model_folder = resolve_model_path(args.model_path)
         self.gguf_path = gguf_file(args.model_path)
-        self.quantization = pick_quantization(args.quantization, self.device, self.gguf_path)
+        self.quantization = pick_quantization(
+            args.quantization, self.device, self.gguf_path, parallel.tp_size
+        )
         self.config = ModelConfig.from_folder(self.model_folder)
+        check_shapes(self.config, parallel.tp_size)
+        if parallel.tp_size > 1 and self.device == "cpu" and args.cpu_threads is None:
+            torch.set_num_threads(cpu_threads_per_rank(parallel.local_ranks))
+        self.local_ranks = parallel.local_ranks
+        self.tp = TensorParallel(parallel, self.device)
         self.context_length = min(
             args.context_length or self.config.max_position_embeddings,
             self.config.max_position_embeddings,
         )
         start = time.perf_counter()
         self.model = self._load_model()
+        if on_loaded is not None:
+            on_loaded()
+        self.tp.connect()
         logger.info(
             "loaded %s (%s weights) in %.2fs",
             self.gguf_path or self.model_folder,
@@ -100,9 +129,9 @@ class ModelRunner:
             args.max_running_requests + 1, self.context_length + 1, self.device
         )
         self.kv_pool = TokenToKVPool(
-            self._kv_pool_size(),
+            self.tp.min_int(self._kv_pool_size()),  # the same slots on every rank
             self.config.num_layers,
-            self.config.num_kv_heads,
+            head_shard(self.config, self.tp.rank, self.tp.size).kv_heads,
             self.config.head_dim,
             self.dtype,
             self.device,
@@ -115,7 +144,7 @@ class ModelRunner:
     def _load_model(self) -> LlamaForCausalLM:
         torch.manual_seed(self.args.random_seed)
         model = LlamaForCausalLM(
-            self.config, self.config.max_position_embeddings, self.quantization
+            self.config, self.config.max_position_embeddings, self.quantization, self.tp
         )
         if self.quantization and self.gguf_path:
             weights = read_gguf_weights(self.gguf_path, self.quantization)
@@ -130,17 +159,46 @@ class ModelRunner:
         if self.args.max_total_tokens:
             return self.args.max_total_tokens
         cfg = self.config
-        per_token = (
-            2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * torch.finfo(self.dtype).bits // 8
-        )
+        kv_heads = head_shard(cfg, self.tp.rank, self.tp.size).kv_heads
+        per_token = 2 * cfg.num_layers * kv_heads * cfg.head_dim * torch.finfo(self.dtype).bits // 8
         if self.device == "cuda":
             free, _ = torch.cuda.mem_get_info()
             return int(free * self.args.mem_fraction // per_token)
         free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return max(1024, min(_MAX_CPU_KV_TOKENS, int(free * self.args.mem_fraction // per_token)))
+        share = self.args.mem_fraction / self.local_ranks  # the ranks here share the memory
+        return max(1024, min(_MAX_CPU_KV_TOKENS, int(free * share // per_token)))
 
-    def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        """Run the model on a ragged batch; returns float32 logits for `batch.logit_rows`."""
+    def forward(self, batch: ForwardBatch) -> torch.Tensor | None:
+        """Run the model on a ragged batch; returns float32 logits for `batch.logit_rows`
+        (None on tensor-parallel ranks other than 0). With tensor parallelism, rank 0 sends
+        the batch to the other ranks first, and any failure is a TensorParallelError: the
+        ranks may have parted ways, so the group must not run another step."""
+        if not self.tp.enabled:
+            return self._forward(batch)
+        try:
+            if self.tp.rank == 0:
+                self.tp.send_step(batch, self.req_to_token_pool.req_to_token)
+            return self._forward(batch)
+        except TensorParallelError:
+            raise
+        except Exception as exc:
+            raise TensorParallelError(f"a tensor-parallel forward failed: {exc}") from exc
+
+    def _forward(self, batch: ForwardBatch) -> torch.Tensor | None:
         self.attention_backend.init_forward_metadata(batch)
         hidden = self.model(batch, self.attention_backend)
         return self.model.compute_logits(hidden[batch.logit_rows])
+
+    def serve_steps(self) -> None:
+        """A rank > 0: run the forwards rank 0 sends until it says stop."""
+        table = self.req_to_token_pool.req_to_token
+        while (batch := self.tp.recv_step(table, ForwardBatch)) is not None:
+            self.forward(batch)
+
+    def stop_ranks(self) -> None:
+        """Rank 0: release the other ranks from serve_steps, then leave the group."""
+        if self.tp.enabled and self.tp.rank == 0:
+            try:
+                self.tp.send_stop()
+            finally:
+                self.tp.close()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import multiprocessing as mp
 import os
 import time
 import traceback
+from dataclasses import dataclass
 
 import zmq
 
@@ -18,6 +21,7 @@ from runtime.messages import (
     ReqOutput,
     TokenizedGenerateReq,
 )
+from runtime.model.parallel import ParallelConfig, TensorParallelError
 from runtime.scheduler.req import Req
 from runtime.server_args import ServerArgs
 
@@ -30,12 +34,18 @@ class SchedulerLoop:
     """Receives requests, steps the scheduler, and sends every request's new tokens."""
 
     def __init__(
-        self, args: ServerArgs, recv_path: str, send_path: str, parent_pid: int, worker: int = 0
+        self,
+        args: ServerArgs,
+        recv_path: str,
+        send_path: str,
+        parent_pid: int,
+        worker: int = 0,
+        parallel: ParallelConfig | None = None,
     ):
         from runtime.scheduler.scheduler import Scheduler
 
         self.worker = worker  # data-parallel rank (--dp-size), named in every message sent
-        self.scheduler = Scheduler(args)
+        self.scheduler = Scheduler(args, parallel)  # tensor-parallel rank 0 with `parallel`
         ctx = zmq.Context()
         self.recv = pull_socket(ctx, recv_path)
         self.send = push_socket(ctx, send_path)
@@ -213,19 +223,26 @@ class SchedulerLoop:
 
 
 def run_scheduler_process(
-    args: ServerArgs, recv_path: str, send_path: str, ready, parent_pid: int, worker: int = 0
+    args: ServerArgs,
+    recv_path: str,
+    send_path: str,
+    ready,
+    parent_pid: int,
+    worker: int = 0,
+    parallel: ParallelConfig | None = None,
 ) -> None:
     child_setup(args)
     try:
-        loop = SchedulerLoop(args, recv_path, send_path, parent_pid, worker)
+        loop = SchedulerLoop(args, recv_path, send_path, parent_pid, worker, parallel)
         loop.warm_up()
         sch = loop.scheduler
         logger.info(
-            "%smodel %s on %s (%s), context %d, KV pool %d tokens, %s, policy %s, "
+            "%smodel %s on %s%s (%s), context %d, KV pool %d tokens, %s, policy %s, "
             "chunked prefill %d, jump-forward %s, JSON whitespace %s",
             f"worker {worker} of {args.dp_size}: " if args.dp_size > 1 else "",
             args.model_path,
             sch.runner.device,
+            f" x {args.tp_size} tensor-parallel ranks" if args.tp_size > 1 else "",
             str(sch.runner.dtype).removeprefix("torch.")
             + (f"; {sch.runner.quantization} weights" if sch.runner.quantization else ""),
             sch.context_length,
@@ -252,6 +269,82 @@ def run_scheduler_process(
         return
     try:
         loop.run_forever()
+    except TensorParallelError as exc:
+        logger.error("%s; the scheduler stops", exc)
+        os._exit(1)
     except Exception:
         logger.error("scheduler crashed:\n%s", traceback.format_exc())
         os._exit(1)
+
+
+def run_tp_rank_process(args: ServerArgs, parallel: ParallelConfig, ready) -> None:
+    """A tensor-parallel rank > 0: load its shard (then say so on `ready`), meet the other
+    ranks, and run the forwards rank 0 sends. It exits (code 1) when a collective fails: rank 0
+    or another rank is gone."""
+    from runtime.model.runner import ModelRunner
+
+    child_setup(args)
+    try:
+        runner = ModelRunner(args, parallel, lambda: ready.send({"status": "ready"}))
+    except Exception:
+        ready.send({"status": "error", "error": traceback.format_exc()})
+        os._exit(1)
+    try:
+        runner.serve_steps()
+    except TensorParallelError as exc:
+        logger.error("%s; rank %d exits", exc, parallel.tp_rank)
+        os._exit(1)
+    except Exception:
+        logger.error(
+            "tensor-parallel rank %d crashed:\n%s", parallel.tp_rank, traceback.format_exc()
+        )
+        os._exit(1)
+    logger.debug("tensor-parallel rank %d stopped", parallel.tp_rank)
+
+
+def start_tp_ranks(args: ServerArgs, parallel: ParallelConfig, ranks, name) -> list[TPRank]:
+    """Start tensor-parallel ranks `ranks` (none of them 0) of the group `parallel` describes,
+    process `name(rank)` each; they load at once."""
+    ctx = mp.get_context("spawn")
+    started = []
+    for rank in ranks:
+        reader, writer = ctx.Pipe(duplex=False)
+        proc = ctx.Process(
+            target=run_tp_rank_process,
+            args=(args, dataclasses.replace(parallel, tp_rank=rank), writer),
+            name=name(rank),
+            daemon=True,
+        )
+        proc.start()
+        started.append(TPRank(proc, reader, rank))
+    return started
+
+
+@dataclass
+class TPRank:
+    """A started tensor-parallel rank process and the pipe it reports its loading on."""
+
+    proc: mp.Process
+    ready: object
+    rank: int
+    loaded: bool = False
+
+    def check(self, wait: bool = False) -> bool:
+        """Whether it has loaded (waits for it with `wait`); RuntimeError naming it if it failed."""
+        while not self.loaded:
+            if self.ready.poll(1.0 if wait else 0):
+                try:
+                    info = self.ready.recv()
+                except EOFError:  # it exited without a word
+                    self.proc.join(5)
+                    info = {"status": "error", "error": f"exit code {self.proc.exitcode}"}
+                if info["status"] != "ready":
+                    raise RuntimeError(f"{self.proc.name} failed to start:\n{info['error']}")
+                self.loaded = True
+            elif not self.proc.is_alive():
+                raise RuntimeError(
+                    f"{self.proc.name} exited with code {self.proc.exitcode} while loading"
+                )
+            elif not wait:
+                break
+        return self.loaded

@@ -22,6 +22,7 @@ from runtime.cache.radix_cache import RadixCache, common_prefix_length
 from runtime.faults import inject
 from runtime.model.attention.base import ForwardBatch
 from runtime.model.loader import load_tokenizer, resolve_tokenizer_path
+from runtime.model.parallel import ParallelConfig, TensorParallelError
 from runtime.model.runner import ModelRunner
 from runtime.sampling.sampler import fill_grammar_bitmask, prompt_logprobs, sample
 from runtime.scheduler.compile_worker import CompileWorkerDied
@@ -75,9 +76,10 @@ class SchedulerStats:
 class Scheduler:
     """Owns the model runner, the waiting queue and the running batch."""
 
-    def __init__(self, args: ServerArgs):
+    def __init__(self, args: ServerArgs, parallel: ParallelConfig | None = None, on_loaded=None):
         self.args = args
-        self.runner = ModelRunner(args)
+        # tensor-parallel rank 0 with `parallel`; see ModelRunner for `on_loaded`
+        self.runner = ModelRunner(args, parallel, on_loaded)
         self.tokenizer_folder = self.runner.model_folder
         if args.tokenizer_path is not None:
             self.tokenizer_folder = resolve_tokenizer_path(args.tokenizer_path)
@@ -264,6 +266,8 @@ class Scheduler:
             for p in plan:
                 p.req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
                 self._retire(p.req)
+            if isinstance(exc, TensorParallelError):  # the ranks cannot run another step
+                raise
             return failed + [p.req for p in plan]
         self.stats.forward_steps += 1
         return failed + self._process(plan, logits, bitmask)

@@ -297,6 +297,8 @@ def create_app(
                 }
                 for w, stats in enumerate(tm.worker_stats)
             ]
+        if args.tp_size > 1:  # rank 0 of each worker is its scheduler (above)
+            out["tensor_parallel_ranks"] = info["tp_ranks"]
         return out
 
     @app.get("/metrics")

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 
+from runtime.model.parallel import ParallelConfig, free_init_method, init_method_at
 from runtime.server.connections import header_timeout_protocol
 from runtime.server.http_server import create_app
 from runtime.server.metrics import ServerMetrics
@@ -73,10 +74,13 @@ class ServerProcesses:
                 os.path.join(self.ipc_dir, f"scheduler-{i}") for i in range(args.dp_size)
             ]
         self.children: list[mp.Process] = []
+        self.init_methods: dict[int, str] = {}  # data-parallel worker -> where its ranks meet
+        self.tp_ranks: dict[str, tuple[int, int]] = {}  # process name -> (worker, tp rank)
 
     def start(self) -> dict:
-        """Start the workers (loading at the same time), then the detokenizer; returns the
-        first worker's ready message, with every worker's stats and KV pool size added."""
+        """Start the workers (loading at the same time), each with its tensor-parallel ranks,
+        then the detokenizer; returns the first worker's ready message, with every worker's
+        stats and KV pool size added."""
         from runtime.detokenizer.process import run_detokenizer_process
         from runtime.scheduler.process import run_scheduler_process
 
@@ -88,21 +92,36 @@ class ServerProcesses:
             )
         pending = []
         for worker, (name, path) in enumerate(zip(self.scheduler_names, self.scheduler_paths)):
+            parallel = self._parallel(worker, 0)
+            ranks = self._start_ranks(worker_args, worker, parallel)
             reader, writer = ctx.Pipe(duplex=False)
             sched = ctx.Process(
                 target=run_scheduler_process,
-                args=(worker_args, path, self.paths["detokenizer"], writer, os.getpid(), worker),
+                args=(
+                    worker_args,
+                    path,
+                    self.paths["detokenizer"],
+                    writer,
+                    os.getpid(),
+                    worker,
+                    parallel,
+                ),
                 name=name,
                 daemon=True,
             )
             sched.start()
             self.children.append(sched)
-            pending.append((sched, reader))
-        infos = [self._wait_ready(sched, reader) for sched, reader in pending]
+            pending.append((sched, reader, ranks))
+        infos = [self._wait_ready(*p) for p in pending]
         info = dict(infos[0])
         info["worker_stats"] = [i["stats"] for i in infos]
         info["worker_kv_pool_sizes"] = [i["kv_pool_size"] for i in infos]
-        info["worker_pids"] = [sched.pid for sched, _ in pending]
+        info["worker_pids"] = [sched.pid for sched, _, _ in pending]
+        info["tp_ranks"] = [
+            {"worker": w, "rank": r.rank, "pid": r.proc.pid}
+            for w, (_, _, ranks) in enumerate(pending)
+            for r in ranks
+        ]
         detok = ctx.Process(
             target=run_detokenizer_process,
             args=(
@@ -119,11 +138,51 @@ class ServerProcesses:
         self.children.append(detok)
         return info
 
-    def _wait_ready(self, sched: mp.Process, reader) -> dict:
+    def _parallel(self, worker: int, rank: int) -> ParallelConfig:
+        args = self.args
+        if args.tp_size == 1:
+            return ParallelConfig()
+        if worker not in self.init_methods:
+            self.init_methods[worker] = (
+                init_method_at(args.dist_init_addr, worker)
+                if args.dist_init_addr
+                else free_init_method()
+            )
+        local = args.tp_size // args.nnodes
+        return ParallelConfig(rank, args.tp_size, self.init_methods[worker], local)
+
+    def _start_ranks(self, args: ServerArgs, worker: int, parallel: ParallelConfig):
+        """This node's tensor-parallel ranks of data-parallel `worker`, rank 0 aside."""
+        from runtime.scheduler.process import start_tp_ranks
+
+        local = self.args.tp_size // self.args.nnodes
+        first = self.args.node_rank * local
+        suffix = f"-of-worker-{worker}" if args.dp_size > 1 else ""
+        ranks = start_tp_ranks(
+            args,
+            parallel,
+            range(max(first, 1), first + local),
+            lambda rank: f"radixgen-tp-rank-{rank}{suffix}",
+        )
+        for r in ranks:
+            self.children.append(r.proc)
+            self.tp_ranks[r.proc.name] = (worker, r.rank)
+        return ranks
+
+    def start_node_ranks(self) -> list[mp.Process]:
+        """--node-rank > 0: only this node's tensor-parallel ranks, once they have loaded."""
+        ranks = self._start_ranks(self.args, 0, self._parallel(0, 0))
+        for r in ranks:
+            r.check(wait=True)
+        return [r.proc for r in ranks]
+
+    def _wait_ready(self, sched: mp.Process, reader, ranks=()) -> dict:
         what = "the scheduler process" if self.args.dp_size == 1 else f"{sched.name}"
         while not reader.poll(1.0):
             if not sched.is_alive():
                 raise RuntimeError(f"{what} exited with code {sched.exitcode} while loading")
+            for r in ranks:
+                r.check()
         info = reader.recv()
         if info["status"] != "ready":
             raise RuntimeError(f"{what} failed to start:\n{info['error']}")
@@ -131,6 +190,8 @@ class ServerProcesses:
 
     def worker_of(self, name: str) -> int | None:
         """The data-parallel worker a child process name belongs to (None: the detokenizer)."""
+        if name in self.tp_ranks:
+            return self.tp_ranks[name][0]
         return self.scheduler_names.index(name) if name in self.scheduler_names else None
 
     def watch(self, on_death) -> None:
@@ -155,6 +216,40 @@ class ServerProcesses:
             if child.is_alive():
                 child.kill()
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
+
+
+def serve_node_ranks(procs: ServerProcesses) -> int:
+    """--node-rank > 0: run this node's tensor-parallel ranks until they exit (rank 0's node
+    stopped, or a rank died) or until Ctrl-C / SIGTERM; 1 if a rank failed."""
+    args = procs.args
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        try:
+            ranks = procs.start_node_ranks()
+        except RuntimeError as exc:
+            logger.error("%s", exc)
+            return 1
+        logger.info(
+            "node %d of %d: tensor-parallel ranks %s running, serving through node 0 at %s",
+            args.node_rank,
+            args.nnodes,
+            ", ".join(str(procs.tp_ranks[p.name][1]) for p in ranks),
+            args.dist_init_addr,
+        )
+        while not stop.wait(0.5):
+            dead = [p for p in ranks if not p.is_alive()]
+            if dead:
+                logger.error(
+                    "%s exited (code %s): the tensor-parallel group is gone; stopping this node",
+                    dead[0].name,
+                    dead[0].exitcode,
+                )
+                return 1
+        return 0
+    finally:
+        procs.stop()
 
 
 RESPONSE_GRACE = 5.0  # seconds to write the 503s after --shutdown-timeout before uvicorn cancels
@@ -193,6 +288,8 @@ def launch_server(args: ServerArgs) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s: %(message)s")
     procs = ServerProcesses(args)
+    if args.node_rank > 0:
+        return serve_node_ranks(procs)
     try:
         logger.info("ipc sockets in %s", procs.ipc_dir)
         try:
@@ -238,7 +335,19 @@ def launch_server(args: ServerArgs) -> int:
                 return
             crashed.append(name)
             worker = procs.worker_of(name)
-            if worker is not None and args.dp_size > 1:
+            if name in procs.tp_ranks:
+                rank = procs.tp_ranks[name][1]
+                logger.error(
+                    "%s process (tensor-parallel rank %d of %d%s) died (exit code %s); the "
+                    "server shuts down",
+                    name,
+                    rank,
+                    args.tp_size,
+                    f", data-parallel worker {worker}" if args.dp_size > 1 else "",
+                    code,
+                )
+                tm.fail_worker(worker, f"tensor-parallel rank {rank} died (exit code {code})")
+            elif worker is not None and args.dp_size > 1:
                 logger.error(
                     "%s process (data-parallel worker %d of %d) died (exit code %s); its "
                     "requests fail and the server shuts down",

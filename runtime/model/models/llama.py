@@ -19,25 +19,39 @@ from runtime.model.layers import (
     RotaryEmbedding,
     RowParallelLinear,
 )
+from runtime.model.parallel import TensorParallel, head_shard
 from runtime.model.quantization import NATIVE_ROWS
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int, quantization: str | None = None):
+    """Self-attention over this rank's q heads and the KV heads they read (all of them
+    without tensor parallelism)."""
+
+    def __init__(self, cfg: ModelConfig, layer_id: int, quantization=None, tp=None):
         super().__init__()
+        rank, size = (tp.rank, tp.size) if tp is not None else (0, 1)
         self.layer_id = layer_id
-        self.num_heads, self.num_kv_heads, self.head_dim = (
-            cfg.num_heads,
-            cfg.num_kv_heads,
-            cfg.head_dim,
-        )
-        q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        d = self.head_dim = cfg.head_dim
+        shard = head_shard(cfg, rank, size)
+        self.num_heads, self.num_kv_heads = shard.q_heads, shard.kv_heads
+        q_size, kv_size = self.num_heads * d, self.num_kv_heads * d
         self.split = [q_size, kv_size, kv_size]
+        kv_rows = (shard.kv_start * d, kv_size)
         self.qkv_proj = ColumnParallelLinear(
-            cfg.hidden_size, self.split, bias=cfg.qkv_bias, quantization=quantization
+            cfg.hidden_size,
+            [cfg.num_heads * d, cfg.num_kv_heads * d, cfg.num_kv_heads * d],
+            bias=cfg.qkv_bias,
+            tp=tp,
+            quantization=quantization,
+            shards=[(shard.q_start * d, q_size), kv_rows, kv_rows],
         )
         self.o_proj = RowParallelLinear(
-            q_size, cfg.hidden_size, bias=cfg.o_bias, quantization=quantization
+            cfg.num_heads * d,
+            cfg.hidden_size,
+            bias=cfg.o_bias,
+            tp=tp,
+            quantization=quantization,
+            shard=(shard.q_start * d, q_size),
         )
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
@@ -60,14 +74,14 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, quantization: str | None = None):
+    def __init__(self, cfg: ModelConfig, quantization: str | None = None, tp=None):
         super().__init__()
         self.inter = cfg.intermediate_size
         self.gate_up_proj = ColumnParallelLinear(
-            cfg.hidden_size, [self.inter] * 2, bias=False, quantization=quantization
+            cfg.hidden_size, [self.inter] * 2, bias=False, tp=tp, quantization=quantization
         )
         self.down_proj = RowParallelLinear(
-            self.inter, cfg.hidden_size, bias=False, quantization=quantization
+            self.inter, cfg.hidden_size, bias=False, tp=tp, quantization=quantization
         )
 
     def forward(self, x):
@@ -80,10 +94,10 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int, quantization: str | None = None):
+    def __init__(self, cfg: ModelConfig, layer_id: int, quantization=None, tp=None):
         super().__init__()
-        self.self_attn = Attention(cfg, layer_id, quantization)
-        self.mlp = MLP(cfg, quantization)
+        self.self_attn = Attention(cfg, layer_id, quantization, tp)
+        self.mlp = MLP(cfg, quantization, tp)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -97,17 +111,27 @@ class LlamaForCausalLM(nn.Module):
 
     With `quantization` ("int8" / "int4") the decoder layers keep weights of that kind and the
     embedding (and the LM head, tied or not) int8 rows, as llama.cpp's Q4 files keep theirs at
-    8 bits: it is the largest matrix and the one every logit depends on."""
+    8 bits: it is the largest matrix and the one every logit depends on.
 
-    def __init__(self, cfg: ModelConfig, max_positions: int, quantization: str | None = None):
+    With `tp` (tensor parallelism) every rank holds its share of the heads, the MLP columns and
+    the vocabulary (embedding and LM head rows); compute_logits returns the whole vocabulary's
+    logits on rank 0 and None on the others."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        max_positions: int,
+        quantization: str | None = None,
+        tp: TensorParallel | None = None,
+    ):
         super().__init__()
         self.config = cfg
         self.quantization = quantization
-        self.embed_tokens = ColumnParallelLinear(
-            cfg.hidden_size, [cfg.vocab_size], bias=False, quantization=quantization and "int8"
-        )
+        self.tp = tp if tp is not None and tp.enabled else None
+        vocab = dict(bias=False, tp=tp, quantization=quantization and "int8")
+        self.embed_tokens = ColumnParallelLinear(cfg.hidden_size, [cfg.vocab_size], **vocab)
         self.layers = nn.ModuleList(
-            DecoderLayer(cfg, i, quantization) for i in range(cfg.num_layers)
+            DecoderLayer(cfg, i, quantization, tp) for i in range(cfg.num_layers)
         )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.rope)
@@ -115,15 +139,19 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = (
             None
             if cfg.tie_word_embeddings
-            else ColumnParallelLinear(
-                cfg.hidden_size, [cfg.vocab_size], bias=False, quantization=quantization and "int8"
-            )
+            else ColumnParallelLinear(cfg.hidden_size, [cfg.vocab_size], **vocab)
         )
 
     def _embed(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         if self.embed_tokens.matmul is not None:
             return self.embed_tokens.matmul.rows(ids, dtype)
-        return F.embedding(ids, self.embed_tokens.weight)
+        if self.tp is None:
+            return F.embedding(ids, self.embed_tokens.weight)
+        start, rows = self.embed_tokens.shards[0]  # this rank's vocabulary rows
+        local = ids - start
+        outside = (local < 0) | (local >= rows)
+        h = F.embedding(local.masked_fill(outside, 0), self.embed_tokens.weight)
+        return self.tp.all_reduce(h.masked_fill_(outside[:, None], 0))
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
@@ -147,7 +175,9 @@ class LlamaForCausalLM(nn.Module):
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self.embed_tokens if self.lm_head is None else self.lm_head
-        return head(hidden).float()
+        if self.tp is None:
+            return head(hidden).float()
+        return self.tp.gather_columns(head(hidden).float(), self.config.vocab_size)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy Hugging Face-named tensors into this model's (merged, sharded) parameters."""
