@@ -30,6 +30,9 @@ ENGINES = {
     "radixgen-int4": {"quantization": "int4", "dtype": "float32"},
     "radixgen-float32": {"quantization": "none", "dtype": "float32"},
     "radixgen-bf16": {"quantization": "none", "dtype": "bfloat16"},
+    # tensor parallelism over gloo, for information (the two ranks split --threads between
+    # them; peak RSS is rank 0's process only)
+    "radixgen-float32-tp2": {"quantization": "none", "dtype": "float32", "tp_size": 2},
     "transformers-bf16": {},
     "llama.cpp": {},
 }
@@ -54,9 +57,9 @@ def current_rss_mb() -> float:
 def run_radixgen(name: str, args) -> dict:
     from runtime import Engine
 
-    engine = Engine(
-        model_path="smollm2", log_level="warning", cpu_threads=args.threads, **ENGINES[name]
-    )
+    settings = ENGINES[name]
+    threads = max(1, args.threads // settings.get("tp_size", 1))
+    engine = Engine(model_path="smollm2", log_level="warning", cpu_threads=threads, **settings)
     figures = {"rss_after_load_mb": current_rss_mb()}
     try:
         engine.generate(input_ids=[3000, 3001, 3002], sampling_params={"max_new_tokens": 2})
@@ -205,6 +208,11 @@ def main() -> None:
             ratios[base] = {k: best["radixgen-int4"][k] / best[base][k] for k in keys}
             shown = ", ".join(f"{k} {v:.2f}x" for k, v in ratios[base].items())
             print(f"int4 / {base.removeprefix('radixgen-')}: {shown}")
+    tp2 = None
+    if "radixgen-float32-tp2" in best and "radixgen-float32" in best:
+        tp2 = {k: best["radixgen-float32-tp2"][k] / best["radixgen-float32"][k] for k in keys}
+        shown = ", ".join(f"{k} {v:.2f}x" for k, v in tp2.items())
+        print(f"float32 tp2 / tp1 (same threads in all): {shown}")
     if "llama.cpp" in best and "radixgen-int4" in best:
         ours, theirs = best["radixgen-int4"], best["llama.cpp"]
         print(
@@ -220,6 +228,7 @@ def main() -> None:
                 "skipped": skipped,
                 "figures": best,
                 "int4_over": ratios,
+                "tp2_over_tp1": tp2,
             }
         )
     )

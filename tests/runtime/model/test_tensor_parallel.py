@@ -56,7 +56,7 @@ def test_a_model_that_cannot_split_is_refused_by_name(cfg, tp, words):
 
 
 def _engine(folder: str, tp: int, **kw) -> Engine:
-    return Engine(
+    settings = dict(
         model_path=folder,
         tp_size=tp,
         dtype="float32",
@@ -65,8 +65,8 @@ def _engine(folder: str, tp: int, **kw) -> Engine:
         max_total_tokens=4096,
         log_level="warning",
         grammar_compile_timeout=120,  # a loaded machine: this is not what the test measures
-        **kw,
     )
+    return Engine(**{**settings, **kw})
 
 
 def _run(folder: str, tp: int, full: bool = True, **kw) -> list[list[dict]]:
@@ -126,6 +126,23 @@ def tiny_models(tmp_path_factory, smollm2_folder) -> dict:
 def test_tp2_equals_tp1_on_a_tiny_model(tiny_models, kv_heads):
     kw = {"chunked_prefill_size": 32}  # the shared prefix prefills in several chunks
     _assert_same(_run(tiny_models[kv_heads], 1, **kw), _run(tiny_models[kv_heads], 2, **kw))
+
+
+def _tight(folder: str, tp: int) -> tuple[list[list[int]], dict]:
+    """Eight 40-token answers in a pool of 200 slots: decodes are retracted and resumed."""
+    engine = _engine(folder, tp, max_total_tokens=200, chunked_prefill_size=16)
+    try:
+        greedy = {"max_new_tokens": 40, "temperature": 0, "ignore_eos": True}
+        outs = engine.generate([p + f" ({i})" for i, p in enumerate(PROMPTS * 2)], greedy)
+        return [o["output_ids"] for o in outs], engine.get_stats()
+    finally:
+        engine.shutdown()
+
+
+def test_tp2_equals_tp1_when_requests_are_retracted(tiny_models):
+    (one, stats_one), (two, stats_two) = _tight(tiny_models[4], 1), _tight(tiny_models[4], 2)
+    assert one == two
+    assert stats_two["retractions"] == stats_one["retractions"] > 0
 
 
 def test_tp2_equals_tp1_on_smollm2(smollm2_folder):

@@ -37,7 +37,8 @@ def _schemas(count: int) -> list[tuple[str, dict]]:
 @pytest.fixture(scope="module", params=["jump-forward", "token-by-token"])
 def server(request):
     args = ("--disable-jump-forward",) if request.param == "token-by-token" else ()
-    proc = ServerProcess(*args)
+    # 40 schemas compile at once on two cores: the default 10 s can run out on a loaded machine
+    proc = ServerProcess(*args, "--grammar-compile-timeout", "120")
     yield proc
     proc.stop()
 
@@ -75,9 +76,11 @@ def _check_schemas(server, count: int) -> None:
     with ThreadPoolExecutor(32) as pool:
         results = list(pool.map(run, jobs))
     compiled = finished = 0
+    refused = []
     for (name, schema, temperature), r in results:
         if r.status_code == 400:  # a schema the engine refuses (named in the message)
             assert "json_schema" in r.json()["error"]["message"], name
+            refused.append((name, r.json()["error"]["message"][:200]))
             continue
         assert r.status_code == 200, (name, r.text)
         compiled += 1
@@ -90,7 +93,7 @@ def _check_schemas(server, count: int) -> None:
         finished += 1
         doc = json.loads(out["text"])
         jsonschema.validators.validator_for(schema)(schema).validate(doc)
-    assert compiled >= 0.8 * len(jobs)
+    assert compiled >= 0.8 * len(jobs), refused
     # big schemas need more than MAX_NEW_TOKENS, and how many fit depends on the weights: of 38
     # compiled jobs token by token, 10 finish with float32 weights and 6 with the int4 default
     assert finished >= 0.12 * compiled

@@ -51,6 +51,9 @@ def test_tp2_server_answers_as_one_rank_and_dies_with_a_rank(tiny_folder, expect
         with httpx.stream("POST", f"{server.url}/generate", json=body, timeout=60) as r:
             events = [line for line in r.iter_lines() if line.startswith("data:")]
         assert events[-1] == "data: [DONE]" and expected[0] in events[-2]
+        assert httpx.post(f"{server.url}/flush_cache", timeout=30).status_code == 200
+        again = generate(server.url, PROMPTS[1], return_logprob=True)
+        assert again["text"] == expected[1] and again["meta_info"]["cached_tokens"] == 0
         ranks = httpx.get(f"{server.url}/get_server_info", timeout=10).json()
         ranks = ranks["tensor_parallel_ranks"]
         assert [r["rank"] for r in ranks] == [1]
