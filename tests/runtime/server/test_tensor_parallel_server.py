@@ -1,5 +1,5 @@
 """--tp-size 2 end to end on a tiny random model: the server answers as one rank does, streams,
-reports its ranks; two nodes (--nnodes 2) on this machine serve together; a rank that dies
+aborts, flushes, reports its ranks; two nodes (--nnodes 2) on this machine serve together; a rank that dies
 fails its requests and stops the server with a line naming it; bad flags exit 2 at once."""
 
 import os
@@ -45,12 +45,20 @@ def generate(url: str, prompt: str, **extra) -> dict:
 
 def test_tp2_server_answers_as_one_rank_and_dies_with_a_rank(tiny_folder, expected):
     server = ServerProcess("--model-path", tiny_folder, "--tp-size", "2", *COMMON)
+    last = None
     try:
         assert [generate(server.url, p)["text"] for p in PROMPTS] == expected
         body = {"text": PROMPTS[0], "sampling_params": GREEDY, "stream": True}
         with httpx.stream("POST", f"{server.url}/generate", json=body, timeout=60) as r:
             events = [line for line in r.iter_lines() if line.startswith("data:")]
         assert events[-1] == "data: [DONE]" and expected[0] in events[-2]
+        body = {**body, "rid": "tp-abort-me", "sampling_params": {"max_new_tokens": 3000}}
+        with httpx.stream("POST", f"{server.url}/generate", json=body, timeout=60) as r:
+            for n, line in enumerate(r.iter_lines()):
+                if n == 3:
+                    httpx.post(f"{server.url}/abort_request", json={"rid": "tp-abort-me"})
+                last = line if line.startswith("data: {") else last
+        assert '"abort"' in last
         assert httpx.post(f"{server.url}/flush_cache", timeout=30).status_code == 200
         again = generate(server.url, PROMPTS[1], return_logprob=True)
         assert again["text"] == expected[1] and again["meta_info"]["cached_tokens"] == 0
