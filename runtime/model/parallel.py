@@ -117,6 +117,8 @@ class TensorParallel:
         self.rank, self.size = config.tp_rank, config.tp_size
         self.device = device
         self._sent: torch.Tensor | None = None  # rank 0: the table rows the others hold
+        if self.size > 1 and device == "cuda":  # before the weights load: one GPU per rank
+            torch.cuda.set_device(self.rank % config.local_ranks)
 
     def connect(self) -> None:
         """Join the group (blocks until every rank has joined)."""
@@ -130,8 +132,6 @@ class TensorParallel:
                 "process at a time: shut the other down first)"
             )
         backend = "nccl" if self.device == "cuda" else "gloo"
-        if self.device == "cuda":
-            torch.cuda.set_device(self.rank % torch.cuda.device_count())
         logger.info(
             "tensor-parallel rank %d of %d joining at %s (%s)",
             self.rank,
