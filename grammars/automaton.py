@@ -11,6 +11,7 @@ Expression nodes are tuples:
                            all (hi None = unbounded; any order: always (0, None))
     ("nt", name)           a reference to another rule (matched by pushing a stack frame)
     ("dfa", EagerDFA)      an already determinised automaton, embedded as is
+    ("frag", n)            n, built once per NFA and copied at its other uses (grammars.fragments)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
+from grammars.fragments import build_fragment, expand_uses
 
 ALL_BYTES = (1 << 256) - 1
 EMPTY = ("cat", ())
@@ -117,6 +119,9 @@ class NFA:
         self.nts: list[tuple[int, str, int]] = []  # (state, rule name, state to return to)
         # embedded DFAs kept whole, (first state, from, to, dfa): turned into arrays at once
         self.copies: list[tuple[int, int, int, EagerDFA]] = []
+        # ("frag", node) wrappers built so far, by id, and their later uses (grammars.fragments)
+        self.fragments: dict[int, tuple] = {}
+        self.frag_uses: list[tuple] = []
         # valid once the NFA stops changing
         self._closures: dict[int, frozenset[int]] = {}
         self._eps_of: list[list[int]] | None = None
@@ -131,6 +136,17 @@ class NFA:
         self.size = n + 1
         return n
 
+    def reserve(self, k: int) -> int:
+        """k new states, numbered from the one returned."""
+        n = self.size
+        m = n + k
+        if n >> 10 != m >> 10:  # passing a multiple of 1024 states, as new() checks
+            if m > MAX_NFA_STATES:
+                raise GrammarError("grammar too large (automaton size limit reached)")
+            checkpoint()
+        self.size = m
+        return n
+
     def add_copy(self, dfa: EagerDFA, s: int, e: int) -> None:
         """`dfa` between states s and e, on states of its own (see EagerDFA.embed)."""
         n = self.size
@@ -143,7 +159,8 @@ class NFA:
         self.copies.append((n, s, e, dfa))
 
     def _expand_copies(self) -> None:
-        """The copies' moves as tuples, for the per-state views below."""
+        """The copies' (and fragment uses') moves as tuples, for the per-state views below."""
+        expand_uses(self)
         for base, s, e, dfa in self.copies:
             self.eps.append((s, base + dfa.start))
             for i, tr in enumerate(dfa.trans):
@@ -169,16 +186,18 @@ class NFA:
                 self.edges.append((s, node[1], e))
         elif kind == "cat":
             children = node[1]
-            if not children:
+            last = len(children) - 1
+            if last < 0:
                 self.eps.append((s, e))
                 return
+            first = self.reserve(last) - 1  # state i of the chain is first + i, 0 < i <= last
+            edges = self.edges
             cur = s
-            last = len(children) - 1
             for i, child in enumerate(children):
-                nxt = e if i == last else self.new()
+                nxt = e if i == last else first + i + 1
                 if child[0] == "b":  # the common case (literals), without a call
                     if child[1]:
-                        self.edges.append((cur, child[1], nxt))
+                        edges.append((cur, child[1], nxt))
                 else:
                     self.build(child, cur, nxt)
                 cur = nxt
@@ -188,24 +207,24 @@ class NFA:
         elif kind == "rep":
             _, child, lo, hi = node
             cur = s
-            for _ in range(lo):
-                nxt = self.new()
-                self.build(child, cur, nxt)
-                cur = nxt
+            if lo:
+                first = self.reserve(lo)
+                for i in range(first, first + lo):
+                    self.build(child, cur, i)
+                    cur = i
             eps = self.eps
             if hi is None:
-                a, b = self.new(), self.new()
+                a = self.reserve(2)
                 eps.append((cur, a))
-                self.build(child, a, b)
-                eps.append((b, a))
-                eps.append((b, e))
+                self.build(child, a, a + 1)
+                eps.append((a + 1, a))
+                eps.append((a + 1, e))
                 eps.append((cur, e))
             else:
                 for _ in range(hi - lo):
-                    nxt = self.new()
-                    a = self.new()
-                    eps.append((cur, a))
-                    self.build(child, a, nxt)
+                    nxt = self.reserve(2)
+                    eps.append((cur, nxt + 1))
+                    self.build(child, nxt + 1, nxt)
                     eps.append((cur, e))
                     cur = nxt
                 eps.append((cur, e))
@@ -217,6 +236,8 @@ class NFA:
             self.nts.append((s, node[1], e))
         elif kind == "dfa":
             node[1].embed(self, s, e)
+        elif kind == "frag":
+            build_fragment(self, node, s, e)
         else:  # pragma: no cover - programming error
             raise ValueError(f"unknown node {kind}")
 
@@ -333,8 +354,11 @@ class NFA:
 
 def byte_classes(edges) -> list[tuple[int, list[int]]]:
     """Split the 256 bytes into classes with the same set of targets: [(byte mask, targets)]."""
+    by_mask: dict[int, list[int]] = {}  # edges on one mask split the classes once
+    for mask, target in edges:
+        by_mask.setdefault(mask, []).append(target)
     classes: list[tuple[int, list[int]]] = [(ALL_BYTES, [])]
-    for i, (mask, target) in enumerate(edges):
+    for i, (mask, targets) in enumerate(by_mask.items()):
         if i & 255 == 255:
             checkpoint()
         nxt = []
@@ -343,9 +367,9 @@ def byte_classes(edges) -> list[tuple[int, list[int]]]:
             if not inter:
                 nxt.append((cm, ts))
             elif inter == cm:
-                nxt.append((cm, ts + [target]))
+                nxt.append((cm, ts + targets))
             else:
-                nxt.append((inter, ts + [target]))
+                nxt.append((inter, ts + targets))
                 nxt.append((cm & ~mask, ts))
         classes = nxt
     return [(cm, ts) for cm, ts in classes if ts]
@@ -403,9 +427,10 @@ class EagerDFA:
 
     def trimmed(self) -> EagerDFA:
         """Drop states that cannot reach acceptance (the result may be the empty language)."""
-        n = len(self.trans)
+        trans = self.trans  # (made on each use for some DFAs: taken once per operation)
+        n = len(trans)
         rev: list[list[int]] = [[] for _ in range(n)]
-        for s, tr in enumerate(self.trans):
+        for s, tr in enumerate(trans):
             if not s & 4095:
                 checkpoint()
             for _, t in tr:
@@ -425,13 +450,14 @@ class EagerDFA:
             return EagerDFA([[]], [False], 0)
         order = sorted(live)
         remap = {s: i for i, s in enumerate(order)}
-        trans = [[(cm, remap[t]) for cm, t in self.trans[s] if t in live] for s in order]
+        trans = [[(cm, remap[t]) for cm, t in trans[s] if t in live] for s in order]
         return EagerDFA(trans, [self.accept[s] for s in order], remap[self.start])
 
     def path_lengths(self) -> tuple[int, int | None]:
         """Shortest and longest accepted lengths in bytes (longest None when unbounded)."""
         from collections import deque
 
+        trans = self.trans
         dist = {self.start: 0}
         queue = deque([self.start])
         shortest = None
@@ -439,7 +465,7 @@ class EagerDFA:
             s = queue.popleft()
             if self.accept[s] and shortest is None:
                 shortest = dist[s]
-            for _, t in self.trans[s]:
+            for _, t in trans[s]:
                 if t not in dist:
                     dist[t] = dist[s] + 1
                     queue.append(t)
@@ -447,7 +473,7 @@ class EagerDFA:
         order, state, longest = [], {}, {}
 
         def visit(s):
-            stack = [(s, iter(self.trans[s]))]
+            stack = [(s, iter(trans[s]))]
             state[s] = 1
             while stack:
                 node, it = stack[-1]
@@ -456,7 +482,7 @@ class EagerDFA:
                         return False
                     if t not in state:
                         state[t] = 1
-                        stack.append((t, iter(self.trans[t])))
+                        stack.append((t, iter(trans[t])))
                         break
                 else:
                     state[node] = 2
@@ -468,19 +494,23 @@ class EagerDFA:
             return shortest or 0, None
         for s in order:  # reverse topological order: successors first
             best = 0 if self.accept[s] else -1
-            for _, t in self.trans[s]:
+            for _, t in trans[s]:
                 if longest.get(t, -1) >= 0:
                     best = max(best, longest[t] + 1)
             longest[s] = best
         return shortest or 0, longest[self.start]
 
+    @property
+    def n_states(self) -> int:
+        return len(self.trans)
+
     def is_empty(self) -> bool:
         return not any(self.accept)
 
     def accepts(self, data: bytes) -> bool:
-        s = self.start
+        s, trans = self.start, self.trans
         for b in data:
-            s = next((t for m, t in self.trans[s] if m >> b & 1), None)
+            s = next((t for m, t in trans[s] if m >> b & 1), None)
             if s is None:
                 return False
         return self.accept[s]
@@ -489,6 +519,7 @@ class EagerDFA:
         """mode "and": both accept; "diff": self accepts and other does not."""
         out = EagerDFA()
         states = StateIndex(out, limit, "constraint too large to intersect")
+        self_trans, other_trans = self.trans, other.trans
 
         def intern(a, b):
             acc_b = b >= 0 and other.accept[b]
@@ -499,8 +530,8 @@ class EagerDFA:
             checkpoint()
             a, b = states.todo.pop()
             i = states.index[(a, b)]
-            other_tr = other.trans[b] if b >= 0 else []
-            for cm, ta in self.trans[a]:
+            other_tr = other_trans[b] if b >= 0 else []
+            for cm, ta in self_trans[a]:
                 rest = cm
                 for cm2, tb in other_tr:
                     inter = cm & cm2
@@ -520,20 +551,19 @@ class EagerDFA:
         arrays, computed once (the DFA no longer changes once embedded)."""
         hit = self.__dict__.get("_moves")
         if hit is None:
+            trans = self.trans
+            flat = [move for tr in trans for move in tr]
             index: dict[int, int] = {}
-            src, ids, tgt = [], [], []
-            for i, tr in enumerate(self.trans):
-                for cm, t in tr:
-                    src.append(i)
-                    ids.append(index.setdefault(cm, len(index)))
-                    tgt.append(t)
-            accepting = [i for i, a in enumerate(self.accept) if a]
+            setdefault = index.setdefault
+            ids = [setdefault(cm, len(index)) for cm, _ in flat]
+            tgt = [t for _, t in flat]
+            sizes = np.fromiter(map(len, trans), np.int64, len(trans))
             hit = self._moves = (
-                np.array(src, np.int64),
+                np.repeat(np.arange(len(trans), dtype=np.int64), sizes),
                 np.array(ids, np.int64),
                 np.array(tgt, np.int64),
                 list(index),
-                np.array(accepting, np.int64),
+                np.flatnonzero(np.array(self.accept, np.bool_)).astype(np.int64),
             )
         return hit
 

@@ -227,7 +227,11 @@ def _machine(build) -> Machine:
     gc.disable()  # compilation allocates many small lists; cyclic GC passes dominate
     try:
         rules, root = build()
-        return Machine(rules, root)
+        machine = Machine(rules, root)
+        # free the expression trees while collection is off: once it is back on, a pass
+        # would first walk everything still alive that the compile allocated
+        del rules
+        return machine
     except RecursionError:
         raise GrammarError("constraint nested too deeply") from None
     finally:

@@ -15,6 +15,7 @@ an exact check of the few tokens that may leave the frame (push or pop) on the w
 from __future__ import annotations
 
 import threading
+from array import array
 
 import numpy as np
 
@@ -31,7 +32,7 @@ _MASK_CACHE_BYTES = 64 << 20
 _WALK_CACHE_BYTES = 4 << 20
 _MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
 _NO_FOLLOW = np.zeros(256, np.bool_)
-_WALK_ROOM = 256  # states a token walk may add without growing the arrays
+_WALK_ROOM = 128  # states a token walk may add without growing the arrays
 
 
 class Machine:
@@ -58,19 +59,22 @@ class Machine:
         graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
         del nfa  # the arrays hold everything from here on
         graph = nfa_passes.prune(graph, self.root, starts, finals)
-        lists = nfa_passes.Lists(graph)
-        nfa_passes.check_left_recursion(graph, names, starts, finals, lists)
         self.has_pushes = bool(len(graph.nt_tgt))
-        first = nfa_passes.first_bytes(graph, starts, finals, lists)
+        if self.has_pushes:
+            lists = nfa_passes.Lists(graph)
+            nfa_passes.check_left_recursion(graph, names, starts, finals, lists)
+            first = nfa_passes.first_bytes(graph, starts, finals, lists)
+        else:  # no rule is ever pushed: what may start one is never asked
+            first = np.zeros((len(starts), 256), np.bool_)
         self.arrays = lazydfa_arrays.freeze_nfa(graph, finals, first)
         self.dfa = lazydfa_arrays.empty_dfa()
-        self._rows: dict[int, list[int]] = {}
-        self._live: dict[int, list[int]] = {}
+        self._rows: dict[int, array] = {}
+        self._live: dict[int, array] = {}
         self._pushes: dict[int, tuple] = {}
         self._utf8: dict[tuple[int, int, bool], bool] = {}
-        self.rule_start = [
-            self._run(lazydfa.intern_closure, np.array([s], np.int64)) for s in starts
-        ]
+        rule_start = np.zeros(len(starts), np.int64)
+        self._run(lazydfa.intern_starts, np.array(starts, np.int64), rule_start)
+        self.rule_start = rule_start.tolist()
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
     def _run(self, kernel, *args):
@@ -86,18 +90,19 @@ class Machine:
     def accept(self) -> np.ndarray:
         return self.dfa.accept
 
-    def row(self, g: int) -> list[int]:
-        """State g's transitions as a list (byte -> state), built on first use."""
+    def row(self, g: int) -> array:
+        """State g's transitions (byte -> state), built on first use. Rows are arrays rather
+        than lists: as quick to index, and nothing for the cyclic collector to walk."""
         row = self._rows.get(g)
         if row is None:
             if not self.dfa.done[g]:
                 self._run(lazydfa.materialize, g)
             table_row = self.dfa.table[g]
-            row = self._rows[g] = table_row.tolist()
-            self._live[g] = np.flatnonzero(table_row).tolist()
+            row = self._rows[g] = array("i", table_row.astype(np.int32).tobytes())
+            self._live[g] = array("B", np.flatnonzero(table_row).astype(np.uint8).tobytes())
         return row
 
-    def live(self, g: int) -> list[int]:
+    def live(self, g: int) -> array:
         """The bytes state g can read."""
         live = self._live.get(g)
         if live is None:
@@ -180,7 +185,7 @@ class Machine:
         return allowed, candidates[:n_cand]
 
 
-def _most_common_target(row: list[int], live: list[int]) -> int:
+def _most_common_target(row: array, live: array) -> int:
     """The state most of `live` bytes lead to when it takes at least _MIN_CHAIN_BYTES, else 0."""
     if len(live) < _MIN_CHAIN_BYTES:
         return 0

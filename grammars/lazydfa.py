@@ -252,8 +252,14 @@ def materialize(nfa, dfa, g):
 
 
 @njit(cache=True, nogil=True)
-def intern_closure(nfa, dfa, seeds):
-    return _intern(nfa, dfa, _closure(nfa, seeds, seeds.shape[0]))
+def intern_starts(nfa, dfa, starts, out):
+    """out[r] = the state of the closure of starts[r], for every r; 0, or NEED_SPACE."""
+    for r in range(starts.shape[0]):
+        g = _intern(nfa, dfa, _closure(nfa, starts[r : r + 1], 1))
+        if g < 0:
+            return NEED_SPACE
+        out[r] = g
+    return 0
 
 
 @njit(cache=True, nogil=True)

@@ -8,6 +8,7 @@ from collections import namedtuple
 import numpy as np
 
 from grammars.budget import checkpoint
+from grammars.fragments import use_arrays
 from grammars.lazydfa import _MEM, _PUSHES, _STATES, _WANT, DFAArrays, NFAArrays, rehash
 
 NFAGraph = namedtuple(
@@ -22,29 +23,35 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
     n = nfa.size
     index: dict[int, int] = {}  # the distinct masks, numbered
     eps_src, eps_tgt, e_src, e_id, e_tgt = ([] for _ in range(5))
-    if nfa.eps:
-        a, b = zip(*nfa.eps)
-        eps_src.append(np.array(a, np.int64))
-        eps_tgt.append(np.array(b, np.int64))
-    if nfa.edges:
-        a, masks, b = zip(*nfa.edges)
-        for m in dict.fromkeys(masks):
-            index.setdefault(m, len(index))
-        e_src.append(np.array(a, np.int64))
-        e_id.append(np.array(list(map(index.__getitem__, masks)), np.int64))
-        e_tgt.append(np.array(b, np.int64))
-    numbered: dict[int, np.ndarray] = {}  # id(dfa) -> its masks' numbers here
+    a, b = zip(*nfa.eps) if nfa.eps else ((), ())
+    eps = (np.array(a, np.int64), np.array(b, np.int64))
+    a, masks, b = zip(*nfa.edges) if nfa.edges else ((), (), ())
+    number = index.setdefault
+    ids = np.fromiter((number(m, len(index)) for m in masks), np.int64, len(masks))
+    edges = (np.array(a, np.int64), ids, np.array(b, np.int64))
+    a, names, b = zip(*nfa.nts) if nfa.nts else ((), (), ())
+    rules = np.array([rule_index[r] for r in names], np.int64)
+    nts = (np.array(a, np.int64), rules, np.array(b, np.int64))
+    more_eps, more_edges, more_nts = use_arrays(nfa.frag_uses, eps, edges, nts)
+    eps_src += [eps[0], *more_eps[0]]
+    eps_tgt += [eps[1], *more_eps[1]]
+    e_src += [edges[0], *more_edges[0]]
+    e_id += [edges[1], *more_edges[1]]
+    e_tgt += [edges[2], *more_edges[2]]
+    groups: dict[int, tuple] = {}  # id(dfa) -> (dfa, [(first state, from, to)])
     for base, s, e, dfa in nfa.copies:
+        groups.setdefault(id(dfa), (dfa, []))[1].append((base, s, e))
+    for dfa, places in groups.values():  # the copies of one DFA at once, as offset arrays
         src, ids, tgt, distinct, accepting = dfa.moves()
-        ids_here = numbered.get(id(dfa))
-        if ids_here is None:
-            ids_here = [index.setdefault(m, len(index)) for m in distinct]
-            ids_here = numbered[id(dfa)] = np.array(ids_here, np.int64)
-        e_src.append(src + base)
-        e_id.append(ids_here[ids])
-        e_tgt.append(tgt + base)
-        eps_src.append(np.concatenate(([s], accepting + base)))
-        eps_tgt.append(np.concatenate(([base + dfa.start], np.full(len(accepting), e))))
+        ids_here = np.array([index.setdefault(m, len(index)) for m in distinct], np.int64)
+        columns = np.array(places, np.int64)
+        bases, froms, tos = columns[:, 0:1], columns[:, 1:2], columns[:, 2:3]
+        e_src.append((src + bases).ravel())
+        e_id.append(np.broadcast_to(ids_here[ids], (len(places), len(ids))).ravel())
+        e_tgt.append((tgt + bases).ravel())
+        eps_src.append(np.concatenate((froms, accepting + bases), axis=1).ravel())
+        enter = np.broadcast_to(tos, (len(places), len(accepting)))
+        eps_tgt.append(np.concatenate((bases + dfa.start, enter), axis=1).ravel())
     checkpoint()
 
     def by_source(src, *columns):
@@ -71,12 +78,7 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
         bits = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
         masks[: len(wide)] = bits.reshape(len(wide), 256).astype(np.bool_)
     checkpoint()
-    nt_src, nt_rule, nt_tgt = [], [], []
-    if nfa.nts:
-        a, names, b = zip(*nfa.nts)
-        nt_src.append(np.array(a, np.int64))
-        nt_rule.append(np.array([rule_index[r] for r in names], np.int64))
-        nt_tgt.append(np.array(b, np.int64))
+    nt_src, nt_rule, nt_tgt = ([nts[i], *more_nts[i]] for i in range(3))
     nt_ptr, nt_rule, nt_tgt = by_source(nt_src, nt_rule, nt_tgt)
     return NFAGraph(eps_ptr, eps_idx, e_ptr, e_byte, e_mask, e_tgt, masks, nt_ptr, nt_rule, nt_tgt)
 
@@ -111,7 +113,7 @@ def freeze_nfa(graph: NFAGraph, finals, first: np.ndarray) -> NFAArrays:
     )
 
 
-def empty_dfa(capacity: int = 1024) -> DFAArrays:
+def empty_dfa(capacity: int = 256) -> DFAArrays:
     dfa = DFAArrays(
         table=np.zeros((capacity, 256), np.int32),
         viable=np.zeros((capacity, 256), np.bool_),

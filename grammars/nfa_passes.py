@@ -122,6 +122,8 @@ def prune(graph: NFAGraph, root: int, starts, finals) -> NFAGraph:
     checkpoint()
     if not productive[root]:
         raise GrammarError("the constraint admits no value at all")
+    if live.all() and productive.all():
+        return graph  # nothing to drop (the common case)
     n = len(live)
 
     def sources(ptr):
@@ -203,32 +205,36 @@ def first_bytes(graph: NFAGraph, starts, finals, lists=None) -> np.ndarray:
     """first[r, b]: byte b can start rule r (every byte when r can be empty, since then what
     follows counts)."""
     lists = lists or Lists(graph)
-    e_ptr = lists.e_ptr
     rows: dict[int, np.ndarray] = {}
-    every = np.ones(256, np.bool_)
-
-    def first_of(r: int) -> np.ndarray:
-        if r in rows:
-            return rows[r]
-        checkpoint()
-        rows[r] = every  # conservative while computing (recursion)
-        members = lists.eps_reach(starts[r], None)
-        if finals[r] in members:
-            return every
-        edges = np.array([j for n in members for j in range(e_ptr[n], e_ptr[n + 1])], np.int64)
-        row = np.zeros(256, np.bool_)
-        single = graph.e_byte[edges]
-        row[single[single >= 0]] = True
-        multi = graph.e_mask[edges]
-        multi = multi[multi >= 0]
-        if len(multi):
-            row |= graph.masks[multi].any(axis=0)
-        for q in lists.calls(members):
-            row |= first_of(q)
-        rows[r] = row
-        return row
-
     out = np.zeros((len(starts), 256), bool)
     for r in range(len(starts)):
-        out[r] = first_of(r)
+        out[r] = _first_of(r, rows, graph, lists, starts, finals)
     return out
+
+
+_EVERY_BYTE = np.ones(256, np.bool_)
+
+
+def _first_of(r: int, rows: dict, graph: NFAGraph, lists: Lists, starts, finals) -> np.ndarray:
+    """first_bytes' row of rule r (a function of the module rather than a closure: a closure
+    that calls itself is a cycle, which would keep `lists` until the cyclic collector runs)."""
+    if r in rows:
+        return rows[r]
+    checkpoint()
+    rows[r] = _EVERY_BYTE  # conservative while computing (recursion)
+    members = lists.eps_reach(starts[r], None)
+    if finals[r] in members:
+        return _EVERY_BYTE
+    e_ptr = lists.e_ptr
+    edges = np.array([j for n in members for j in range(e_ptr[n], e_ptr[n + 1])], np.int64)
+    row = np.zeros(256, np.bool_)
+    single = graph.e_byte[edges]
+    row[single[single >= 0]] = True
+    multi = graph.e_mask[edges]
+    multi = multi[multi >= 0]
+    if len(multi):
+        row |= graph.masks[multi].any(axis=0)
+    for q in lists.calls(members):
+        row |= _first_of(q, rows, graph, lists, starts, finals)
+    rows[r] = row
+    return row

@@ -85,6 +85,8 @@ def _renamed(node: tuple, prefix: str) -> tuple:
         return (kind, tuple(_renamed(n, prefix) for n in node[1]))
     if kind == "rep":
         return ("rep", _renamed(node[1], prefix), node[2], node[3])
+    if kind == "frag":
+        return ("frag", _renamed(node[1], prefix))
     if kind == "members":
         _, items, sep, extra, counts, any_order = node
         return (

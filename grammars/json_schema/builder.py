@@ -36,6 +36,7 @@ from grammars.json_schema.core import (
     _implied_types,
     _types_of,
     node_size,
+    shared,
 )
 from grammars.json_schema.negation import canonical_texts, complement, conditional
 from grammars.json_schema.numbers import _NUMBER, _number_literal, bounded_digits, number_node
@@ -108,6 +109,8 @@ class _Builder(_ContainerNodes):
             self.ws = EMPTY
             self.item_sep, self.key_sep = lit(item), lit(key)
             self.item_sep_push, self.key_sep_push = self.item_sep, self.key_sep
+        # the separators between an object's members, one node for all of them
+        self.member_sep, self.member_key_sep = shared(self.item_sep), shared(self.key_sep)
         draft = str(root.get("$schema", "")) if isinstance(root, dict) else ""
         self.ref_siblings_apply = "2019-09" in draft or "2020-12" in draft or not draft
         self.rules: dict[str, tuple] = {}
@@ -115,6 +118,8 @@ class _Builder(_ContainerNodes):
         self._expanding: list[str] = []
         self._recursive: set[str] = set()
         self._ref_nodes: dict[str, tuple] = {}
+        self._any: tuple | None = None  # any_value()
+        self._wrappers: dict[int, tuple] = {}  # _shared_node()
         self._ref_rules: dict[str, str] = {}
         self._depth = 0  # value() calls under way
         # restrictions met so far, by kind (see _INEXACT): a node built under one refuses some
@@ -167,16 +172,17 @@ class _Builder(_ContainerNodes):
         if key in self._recursive:
             self.rules[self._ref_rules[key]] = cat(self.ws, node)
         else:
-            self._ref_nodes[key] = node
+            node = self._ref_nodes[key] = shared(node)  # every use inlines the same node
         return node
 
     # -- values --
     def any_value(self) -> tuple:
         """Any JSON value; nested values go through the rule "any" (recursion)."""
-        if "any" not in self.rules:
+        if self._any is None:
             self.rules["any"] = NOTHING  # placeholder while building (recursive)
-            self.rules["any"] = cat(self.ws, self._any_body(("nt", "any")))
-        return self._any_body(("nt", "any"))
+            self._any = shared(self._any_body(("nt", "any")))  # one node for every use
+            self.rules["any"] = cat(self.ws, self._any)
+        return self._any
 
     def _any_body(self, inner) -> tuple:
         ws = self.ws
@@ -360,10 +366,17 @@ class _Builder(_ContainerNodes):
             raise GrammarError(
                 f"not: only supported where both sides are non-recursive and exact ({path})"
             )
-        if node_size(base_node, 5000) > 5000 or node_size(negated_node, 5000) > 5000:
+        if node_size(base_node, 5000, True) > 5000 or node_size(negated_node, 5000, True) > 5000:
             raise GrammarError(f"not: schema too large to negate ({path})")
         # the negated automaton is complete for canonical texts only (one spelling per value)
         return difference(intersect(base_node, canonical_texts()), negated_node)
+
+    def _shared_node(self, node: tuple) -> tuple:
+        """shared(node), one wrapper per node object (unbounded numbers are one constant)."""
+        hit = self._wrappers.get(id(node))
+        if hit is None or hit[1] is not node:
+            hit = self._wrappers[id(node)] = (shared(node), node)
+        return hit[0]
 
     def _deref(self, sub, path: str):
         while isinstance(sub, dict) and "$ref" in sub:
@@ -426,7 +439,7 @@ class _Builder(_ContainerNodes):
         if t in ("integer", "number"):
             if self.max_digits is not None:  # digit runs cut at a length the value may exceed
                 self.inexact["digits"] += 1
-            return number_node(schema, t == "integer", path, self.max_digits)
+            return self._shared_node(number_node(schema, t == "integer", path, self.max_digits))
         if t == "string":
             if schema.get("format") in _RESTRICTED_FORMATS:
                 self.inexact["format"] += 1
@@ -443,7 +456,7 @@ def _check_exclusive(nodes, path: str) -> None:
     from grammars.automaton import EagerDFA
 
     for n in nodes:
-        if _has_rules(n) or node_size(n, 2000) > 2000:
+        if _has_rules(n) or node_size(n, 2000, True) > 2000:
             raise GrammarError(f"oneOf: branches that may overlap are not supported ({path})")
     dfas = [EagerDFA.from_node(n) for n in nodes]
     for i in range(len(dfas)):

@@ -30,6 +30,7 @@ from grammars.json_schema.rewrite import _merge
 from grammars.json_schema.strings import _string_literal, key_except, key_node
 from grammars.regex import regex_to_node
 
+_MAX_CONTAINED = 8  # minContains: the designated items are each a copy of the item node
 _MAX_UNIQUE_VALUES = 8  # uniqueItems: the automaton tracks which values were used (2**n)
 _MAX_COUNTED = 200_000  # nodes of an object whose members are counted, over all count tracks
 
@@ -43,6 +44,8 @@ class _ContainerNodes:
         hi = schema.get("maxItems")
         if not isinstance(schema.get("uniqueItems", False), bool):
             raise GrammarError(f"uniqueItems must be a boolean at {path}")
+        if "contains" in schema and _count(schema, "minContains", 1, path) > 0:
+            return self._contains_array(schema, lo, hi, path)
         if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1):
             return self._unique_array(schema, lo, hi, path)  # (one item is always unique)
         prefix = schema.get("prefixItems")
@@ -101,6 +104,39 @@ class _ContainerNodes:
         first = prefix_nodes[0] if n else rest_node
         lead = EMPTY if first[0] == "nt" else self.ws
         return cat(lit("["), lead, body, self.ws, lit("]"))
+
+    def _contains_array(self, schema: dict, lo: int, hi, path: str) -> tuple:
+        """`contains`: at least minContains of the items match it. The items are written as
+        runs of any items around that many designated ones, each matching both `items` and
+        `contains` (exact: an array qualifies exactly when such a choice exists)."""
+        need = _count(schema, "minContains", 1, path)
+        if need > _MAX_CONTAINED:
+            raise GrammarError(f"minContains: more than {_MAX_CONTAINED} is not supported ({path})")
+        if schema.get("prefixItems") or isinstance(schema.get("items"), list):
+            raise GrammarError(f"contains: with prefixItems is not supported ({path})")
+        if schema.get("uniqueItems") is True:
+            raise GrammarError(f"contains: with uniqueItems is not supported ({path})")
+        if hi is not None or lo > need:
+            raise GrammarError(f"contains: with minItems/maxItems is not supported ({path})")
+        items = schema.get("items", True)
+        any_node = self.value(items, f"{path}/items")
+        contained = self.value(
+            _merge(self._deref(items, path), self._deref(schema["contains"], path), path),
+            f"{path}/contains",
+        )
+        if contained == NOTHING:
+            return NOTHING
+
+        def joined(x):  # an item after the one before it
+            return cat(self.item_sep_push if x[0] == "nt" else self.item_sep, x)
+
+        def lead(x):  # the first item (rules begin with their own whitespace)
+            return cat(EMPTY if x[0] == "nt" else self.ws, x)
+
+        more = rep(joined(any_node), 0, None) if any_node != NOTHING else EMPTY
+        first = alt(lead(contained), cat(lead(any_node), more, joined(contained)))
+        body = cat(first, *[cat(more, joined(contained)) for _ in range(need - 1)], more)
+        return cat(lit("["), body, self.ws, lit("]"))
 
     def _unique_array(self, schema: dict, lo: int, hi, path: str) -> tuple:
         """uniqueItems over a few scalar constants: arrays of lo..hi items in which each value
@@ -184,17 +220,18 @@ class _ContainerNodes:
                     )
             key = _string_literal(name)
             value = self.value(sub, f"{path}/properties/{name}")
-            key_sep = self.key_sep_push if value[0] == "nt" else self.key_sep
+            key_sep = self.key_sep_push if value[0] == "nt" else self.member_key_sep
             items.append((cat(key, key_sep, value), name in required))
         extra = self._extra_member(names, pattern_props, additional, path, key_names)
         counts = self._member_counts(schema, items, extra, path)
         if counts is None:
             return NOTHING
         any_order = self.property_order == "any" and counts == (0, None) and len(items) > 1
-        members = ("members", tuple(items), self.item_sep, extra, counts, any_order)
-        if any_order and node_size(members, _MAX_COUNTED) > _MAX_COUNTED:
+        sep = self.member_sep
+        members = ("members", tuple(items), sep, extra, counts, any_order)
+        if any_order and node_size(members, _MAX_COUNTED, True) > _MAX_COUNTED:
             any_order = False  # too many sets of properties to track: the schema's order
-            members = ("members", tuple(items), self.item_sep, extra, counts, False)
+            members = ("members", tuple(items), sep, extra, counts, False)
         if not any_order and len(items) + (extra is not None) > 1:  # members in one order
             self.inexact["order"] += 1
         return cat(lit("{"), self.ws, members, self.ws, lit("}"))
@@ -213,7 +250,7 @@ class _ContainerNodes:
             hi = None
         if (lo, hi) != (0, None):
             members = ("members", tuple(items), self.item_sep, extra, (lo, hi), False)
-            if node_size(members, _MAX_COUNTED) > _MAX_COUNTED:
+            if node_size(members, _MAX_COUNTED, True) > _MAX_COUNTED:
                 raise GrammarError(
                     f"minProperties/maxProperties: too many properties to count ({path})"
                 )
@@ -235,7 +272,7 @@ class _ContainerNodes:
         names = self.value(
             _merge({"type": "string"}, schema["propertyNames"], path), f"{path}/propertyNames"
         )
-        if names[0] == "nt" or node_size(names, 5000) > 5000:
+        if names[0] == "nt" or node_size(names, 5000, True) > 5000:
             raise GrammarError(f"propertyNames: schema too large for keys ({path})")
         return ("dfa", EagerDFA.from_node(names))
 

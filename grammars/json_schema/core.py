@@ -47,8 +47,6 @@ _ANNOTATIONS = {
 # assertions the engine cannot enforce (other unknown keywords are annotations, as the
 # standard says, and are ignored)
 _UNSUPPORTED = {
-    "contains",
-    "minContains",
     "maxContains",
     "unevaluatedProperties",
     "unevaluatedItems",
@@ -60,9 +58,11 @@ _TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.?)*"?', re.DOTALL)  # never fails: linear
 
 
-def node_size(node, cap: int | None = None) -> int:
+def node_size(node, cap: int | None = None, exact: bool = False) -> int:
     """The size of a node: its nodes, a repetition's body counted once per copy, a DFA's
-    states; counting stops once the total passes `cap`."""
+    states; counting stops once the total passes `cap`. A pattern left to the lazy DFA counts
+    as its expression's size, or with `exact` as its DFA's (determined here): the measure of
+    the limits on automata built eagerly (intersections, overlap checks)."""
     total = 0
     todo = [(node, 1)]
     while todo:
@@ -84,8 +84,22 @@ def node_size(node, cap: int | None = None) -> int:
             if n[3]:
                 todo.append((n[3], tracks))
         elif kind == "dfa":
-            total += copies * (len(n[1].trans) - 1)
+            dfa = n[1].determinised() if exact and hasattr(n[1], "determinised") else n[1]
+            total += copies * (dfa.n_states - 1)
+        elif kind == "frag":
+            todo.append((n[1], copies))
     return total
+
+
+_MIN_SHARED = 8  # nodes smaller than this are cheaper to build again than to copy
+
+
+def shared(node) -> tuple:
+    """`node` as a fragment (built once per automaton, copied at its other uses) when it is
+    large enough for that to pay."""
+    if node[0] in ("frag", "dfa", "nt", "b") or node_size(node, _MIN_SHARED) < _MIN_SHARED:
+        return node
+    return ("frag", node)
 
 
 def _has_rules(node) -> bool:
@@ -97,7 +111,7 @@ def _has_rules(node) -> bool:
             return True
         if kind in ("cat", "alt"):
             todo.extend(n[1])
-        elif kind == "rep":
+        elif kind in ("rep", "frag"):
             todo.append(n[1])
         elif kind == "members":
             todo.extend(i for i, _ in n[1])
@@ -155,7 +169,16 @@ def _types_of(schema: dict):
 _TYPE_KEYWORDS = {
     "string": ("minLength", "maxLength", "pattern", "format", "__patterns"),
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
-    "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"),
+    "array": (
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "contains",
+        "minContains",
+    ),
     "object": (
         "properties",
         "required",

@@ -6,13 +6,16 @@ import functools
 import json
 import re
 
+from grammars.array_dfa import LazyDFA, compact, counter_dfa
 from grammars.automaton import MAX_NFA_STATES, NOTHING, byte_set, cat, lit, rep
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
+from grammars.json_schema.core import node_size
 from grammars.literal_set import node_words
 from grammars.regex import ANY_CHAR, json_chars, key_chars, regex_to_node
 
 _STRING_CHAR = json_chars(ANY_CHAR)
+_PATTERN_SIZE_HINT = 2000  # a pattern's expression up to this size is not determinised at once
 # A character of an object key in the spellings _string_literal writes (printable ASCII as is,
 # short escapes where JSON has them, \uXXXX for the other characters of the BMP): a property
 # named in the schema must not come back through additionalProperties spelled another way.
@@ -103,6 +106,8 @@ def _string_literal(text: str) -> tuple:
     """The JSON spelling of a fixed string: printable ASCII as is, what must be escaped in its
     short form (or \\u00XX), other characters raw or as \\uXXXX escapes."""
     _check_length(text)
+    if len(text) <= 4096 and _PLAIN_TEXT.fullmatch(text):  # the common case: each byte itself
+        return lit(f'"{text}"')
     parts = [lit('"')]
     for i in range(0, len(text), 4096):
         checkpoint()
@@ -152,38 +157,28 @@ def _check_length(text: str) -> None:
 def _pattern_dfa(pattern: str, search: bool):
     from grammars.automaton import EagerDFA
 
-    return EagerDFA.from_node(regex_to_node(pattern, json_mode=True, search=search))
+    return compact(EagerDFA.from_node(regex_to_node(pattern, json_mode=True, search=search)))
+
+
+@functools.lru_cache(maxsize=256)
+def _lazy_pattern(pattern: str) -> LazyDFA:
+    """The inside of a string matching `pattern` (search semantics), left to the grammar's lazy
+    DFA: determinising a pattern eagerly costs most where the lazy DFA meets few of its states
+    (alternatives of words, each character with its escaped spellings)."""
+    node = regex_to_node(pattern, json_mode=True, search=True)
+    size = node_size(node, _PATTERN_SIZE_HINT)
+    dfa = LazyDFA(node, size)
+    if size > _PATTERN_SIZE_HINT:  # a long expression (a counted repeat): its DFA is smaller
+        dfa.determinised()
+    return dfa
 
 
 @functools.lru_cache(maxsize=256)
 def _length_dfa(lo: int, hi: int | None):
-    """Strings of lo..hi characters (JSON spelling), built directly as a counter automaton."""
-    from grammars.automaton import EagerDFA, StateIndex
-
+    """Strings of lo..hi characters (JSON spelling), laid out directly as a counter."""
     if lo > 10_000 or (hi is not None and hi > 10_000):
         raise GrammarError("minLength/maxLength: lengths above 10000 are not supported")
-    char = _char_dfa()
-    top = hi if hi is not None else lo
-    out = EagerDFA()
-    states = StateIndex(out, 1 << 30, "")  # size bounded by the 10000 limit above
-
-    def state(i, c):
-        return states((i, c), c == char.start and lo <= i and (hi is None or i <= hi))
-
-    out.start = state(0, char.start)
-    while states.todo:
-        checkpoint()
-        i, c = states.todo.pop()
-        trans = out.trans[states.index[(i, c)]]
-        for cm, t in char.trans[c]:
-            if char.accept[t]:
-                j = i + 1 if i < top else (top if hi is None else None)
-                if j is None:
-                    continue
-                trans.append((cm, state(j, char.start)))
-            else:
-                trans.append((cm, state(i, t)))
-    return out.trimmed()
+    return counter_dfa(_char_dfa(), lo, hi)
 
 
 @functools.lru_cache(maxsize=1)
@@ -262,8 +257,9 @@ def _format_dfa(fmt: str):
     from grammars.automaton import EagerDFA
 
     if fmt in _DOMAIN_FORMATS:
-        return _domain_dfa(fmt)
-    return EagerDFA.from_node(regex_to_node(_FORMATS[fmt], json_mode=fmt == "json-pointer"))
+        return compact(_domain_dfa(fmt))
+    node = regex_to_node(_FORMATS[fmt], json_mode=fmt == "json-pointer")
+    return compact(EagerDFA.from_node(node))
 
 
 def key_node() -> tuple:
@@ -313,18 +309,25 @@ def key_except(names: tuple[str, ...]):
         ends[t] = True
     quote = 1 << 0x22
     close = next(t for m, t in base.trans[inside] if m & quote)
+    # a name's bytes are printable ASCII: only the moves on such bytes change per trie node;
+    # the others (escapes, UTF-8 lead bytes) are one list shared by every node
+    printable = byte_set((0x20, 0x7E))
+    narrowed = [(m & printable, t) for m, t in base.trans[inside] if m & printable]
+    shared = [(m & ~printable, t) for m, t in base.trans[inside] if m & ~printable]
     n = len(base.trans)
-    trans = [list(tr) for tr in base.trans]
+    trans = list(base.trans)
     for t, kids in enumerate(children):
         taken = quote | sum(1 << b for b in kids)
-        tr = [(m & ~taken, target) for m, target in base.trans[inside] if m & ~taken]
+        tr = [(m & ~taken, target) for m, target in narrowed if m & ~taken]
         tr += [(1 << b, n + c) for b, c in kids.items()]
         if not ends[t]:
             tr.append((quote, close))
-        trans.append(tr)
+        trans.append(tr + shared)
     trans.append([(quote, n)])
     accept = list(base.accept) + [False] * (len(children) + 1)
-    return EagerDFA(trans, accept, len(trans) - 1).trimmed()
+    dfa = EagerDFA(trans, accept, len(trans) - 1)
+    # every node reads the shared moves into the live states of the key automaton
+    return compact(dfa if shared else dfa.trimmed())
 
 
 def string_node(schema: dict, path: str = "#") -> tuple:
@@ -350,6 +353,8 @@ def string_node(schema: dict, path: str = "#") -> tuple:
         if lo == 0 and hi is None:
             return ("dfa", _any_string_dfa())
         return cat(lit('"'), ("dfa", _length_dfa(lo, hi)), lit('"'))
+    if len(patterns) == 1 and fmt is None and lo == 0 and hi is None:
+        return cat(lit('"'), ("dfa", _lazy_pattern(patterns[0])), lit('"'))
     body = _string_body(patterns, fmt, lo, hi)
     if body is None:
         raise GrammarError(
@@ -386,4 +391,4 @@ def _string_body(patterns: tuple, fmt: str | None, lo: int, hi: int | None):
     for dfa in (format_dfa, length_dfa, pattern_dfa):
         if dfa is not None:
             body = dfa if body is None else body.product(dfa, "and", limit=limit)
-    return body
+    return compact(body)

@@ -1,0 +1,122 @@
+"""Automata built for compile speed must match exactly what the plain constructions match:
+length counters laid out as arrays, fragments built once and copied, patterns left to the lazy
+DFA, keys that exclude the named properties."""
+
+import pytest
+
+from grammars.array_dfa import ArrayDFA, LazyDFA
+from grammars.automaton import EagerDFA, alt, cat, lit, rep
+from grammars.json_schema.core import node_size, shared
+from grammars.json_schema.strings import _STRING_CHAR, _lazy_pattern, _length_dfa, key_except
+from grammars.regex import regex_to_node
+
+
+def same_language(a: EagerDFA, b: EagerDFA) -> bool:
+    return a.product(b, "diff").is_empty() and b.product(a, "diff").is_empty()
+
+
+@pytest.mark.parametrize("lo, hi", [(0, 0), (0, 1), (1, 1), (0, None), (3, None), (2, 5), (4, 4)])
+def test_length_counter_matches_the_unrolled_repetition(lo, hi):
+    counter = _length_dfa(lo, hi)
+    assert isinstance(counter, ArrayDFA)
+    reference = EagerDFA.from_node(rep(_STRING_CHAR, lo, hi))
+    assert same_language(counter, reference)
+
+
+def test_length_counter_counts_characters_not_bytes():
+    counter = _length_dfa(2, 3)
+    assert counter.accepts(b"ab")
+    assert counter.accepts("é日x".encode())  # three characters, six bytes
+    assert counter.accepts(b"\\u00e9\\n")  # two escaped characters
+    assert not counter.accepts(b"a")
+    assert not counter.accepts(b"abcd")
+    assert not counter.accepts(b"ab\\")  # an escape cut short is no character
+
+
+def test_fragment_uses_match_the_node_built_at_each_use():
+    body = alt(cat(lit("ab"), rep(lit("c"), 0, None)), cat(lit("x"), rep(lit("yz"), 1, 3)))
+    wrapped = shared(body)
+    assert wrapped[0] == "frag"
+    nested = shared(cat(lit("<"), wrapped, lit(">"), wrapped))
+    node = cat(wrapped, lit(","), nested, lit(","), nested, rep(cat(lit(";"), wrapped), 0, 2))
+    pair = cat(lit("<"), body, lit(">"), body)
+    plain = cat(body, lit(","), pair, lit(","), pair, rep(cat(lit(";"), body), 0, 2))
+    assert same_language(EagerDFA.from_node(node), EagerDFA.from_node(plain))
+
+
+def test_small_nodes_are_not_wrapped():
+    assert shared(lit("a")) == lit("a")
+    assert shared(cat(lit("ab"))) == lit("ab")
+
+
+def test_shared_definitions_compile_to_the_same_documents(checker):
+    point = {
+        "type": "object",
+        "properties": {"x": {"type": "integer", "minimum": 0}, "y": {"type": "number"}},
+        "required": ["x"],
+        "additionalProperties": False,
+    }
+    schema = {
+        "$defs": {"point": point},
+        "type": "object",
+        "properties": {k: {"$ref": "#/$defs/point"} for k in ("a", "b", "c")}
+        | {"tags": {"type": "array", "items": {"$ref": "#/$defs/point"}}, "any": {}},
+        "required": ["a", "c"],
+    }
+    valid = [
+        {"a": {"x": 1}, "c": {"x": 0, "y": 2.5}},
+        {"a": {"x": 1, "y": -1}, "b": {"x": 2}, "c": {"x": 3}, "tags": [{"x": 4}, {"x": 5}]},
+        {"a": {"x": 1}, "c": {"x": 2}, "any": [{"k": None}, "s", 1.5]},
+    ]
+    invalid = [
+        {"a": {"x": 1}},
+        {"a": {"x": -1}, "c": {"x": 0}},
+        {"a": {"x": 1}, "b": {"y": 1}, "c": {"x": 0}},
+        {"a": {"x": 1}, "c": {"x": 0, "z": 1}},
+        {"a": {"x": 1}, "c": {"x": 0}, "tags": [{"x": 1}, {"x": "2"}]},
+    ]
+    checker.check_schema("shared $defs", schema, valid, invalid)
+
+
+@pytest.mark.parametrize(
+    "pattern, valid, invalid",
+    [
+        ("^dev|alpha|beta|rc|RC|stable$", ["dev1", "x-alpha", "RC", "is stable"], ["de", "v"]),
+        (r"^\w{4}\s{1}\d{3}$", ["COMP 101", "ab_c 000"], ["COMP101", "COMP 1011", "é"]),
+        ("[0-9]", ["a1", "9"], ["", "abc"]),
+    ],
+)
+def test_patterns_left_to_the_lazy_dfa(checker, pattern, valid, invalid):
+    lazy = _lazy_pattern(pattern)
+    assert isinstance(lazy, LazyDFA)
+    checker.check_schema(
+        f"pattern {pattern}", {"type": "string", "pattern": pattern}, valid, invalid
+    )
+    eager = EagerDFA.from_node(regex_to_node(pattern, json_mode=True, search=True))
+    assert same_language(lazy, eager)
+    assert node_size(("dfa", lazy), None, exact=True) == eager.n_states
+
+
+@pytest.mark.parametrize("names", [(), ("",), ("a", "ab", "abc"), ("name", "type", "x y", "~!")])
+def test_keys_except_names_refuse_exactly_the_names(names):
+    keys = key_except(names)
+    for name in names:
+        assert not keys.accepts(f'"{name}"'.encode())
+    for other in ("zz", "a b", "nam", "names", "typ", "é", "\\n"):
+        if other not in names:
+            assert keys.accepts(f'"{other}"'.encode()), other
+    assert not keys.accepts(b'"a')
+
+
+def test_extra_properties_never_take_a_named_key(checker):
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "ab": {"type": "string"}},
+        "additionalProperties": {"type": "integer"},
+    }
+    checker.check_schema(
+        "additionalProperties beside named ones",
+        schema,
+        [{"a": "x", "abc": 1}, {"ab": "y", "b": 2}, {"a": "x", "ab": "y"}],
+        [{"a": 1}, {"ab": 1}, {"abc": "s"}],
+    )
