@@ -35,7 +35,9 @@ def wait_exit(proc, timeout=30) -> int:
     raise AssertionError("server did not exit")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
+)  # SIGINT takes the same path: out of `make test` for time
 def test_signal_stops_everything_and_removes_sockets(sig):
     server = ServerProcess("--model-path", "smollm2", "--max-total-tokens", "1024")
     try:

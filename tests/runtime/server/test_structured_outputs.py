@@ -34,7 +34,10 @@ def _schemas(count: int) -> list[tuple[str, dict]]:
     return out
 
 
-@pytest.fixture(scope="module", params=["jump-forward", "token-by-token"])
+# token by token (--disable-jump-forward) only in the slow run, for the suite's time budget
+@pytest.fixture(
+    scope="module", params=["jump-forward", pytest.param("token-by-token", marks=pytest.mark.slow)]
+)
 def server(request):
     args = ("--disable-jump-forward",) if request.param == "token-by-token" else ()
     # 40 schemas compile at once on two cores: the default 10 s can run out on a loaded machine
