@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from runtime.model.parallel import (
     ParallelConfig,
     TensorParallelError,
-    free_init_method,
-    init_method_at,
+    group_init_method,
     leave_group,
 )
 from runtime.outputs import GenerationResult
@@ -118,7 +117,7 @@ class Engine:
             return None
         if args.nnodes > 1:
             raise ValueError("the offline Engine runs on one node: nnodes must be 1")
-        init = init_method_at(args.dist_init_addr) if args.dist_init_addr else free_init_method()
+        init = group_init_method(args.dist_init_addr)
         parallel = ParallelConfig(0, args.tp_size, init, args.tp_size)
         self._ranks = start_tp_ranks(
             args, parallel, range(1, args.tp_size), lambda rank: f"radixgen-tp-rank-{rank}"

@@ -223,7 +223,8 @@ class ServerArgs:
             raise ValueError("dist_init_addr (host:port of node 0) is needed with --nnodes > 1")
         if self.dist_init_addr is not None:
             host, _, port = self.dist_init_addr.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) + self.dp_size - 1 <= 65535:
+            valid = host and port.isascii() and port.isdigit()  # not "²", which int() refuses
+            if not valid or not 0 < int(port) + self.dp_size - 1 <= 65535:
                 raise ValueError(f"dist_init_addr must be host:port, got {self.dist_init_addr!r}")
 
     @staticmethod

@@ -53,10 +53,13 @@ def free_init_method(host: str = "127.0.0.1") -> str:
         return f"tcp://{host}:{sock.getsockname()[1]}"
 
 
-def init_method_at(addr: str, offset: int = 0) -> str:
-    """tcp:// of a --dist-init-addr host:port, the port moved by `offset` (one per group)."""
-    host, _, port = addr.rpartition(":")
-    return f"tcp://{host}:{int(port) + offset}"
+def group_init_method(dist_init_addr: str | None, group: int = 0) -> str:
+    """Where the ranks of group `group` (a --dp-size worker) meet: tcp:// of --dist-init-addr's
+    host with its port moved by `group`, or else a free port on this machine."""
+    if dist_init_addr is None:
+        return free_init_method()
+    host, _, port = dist_init_addr.rpartition(":")
+    return f"tcp://{host}:{int(port) + group}"
 
 
 def check_shapes(cfg: ModelConfig, tp_size: int) -> None:

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 
-from runtime.model.parallel import ParallelConfig, free_init_method, init_method_at
+from runtime.model.parallel import ParallelConfig, group_init_method
 from runtime.server.connections import header_timeout_protocol
 from runtime.server.http_server import create_app
 from runtime.server.metrics import ServerMetrics
@@ -74,7 +74,6 @@ class ServerProcesses:
                 os.path.join(self.ipc_dir, f"scheduler-{i}") for i in range(args.dp_size)
             ]
         self.children: list[mp.Process] = []
-        self.init_methods: dict[int, str] = {}  # data-parallel worker -> where its ranks meet
         self.tp_ranks: dict[str, tuple[int, int]] = {}  # process name -> (worker, tp rank)
 
     def start(self) -> dict:
@@ -92,7 +91,7 @@ class ServerProcesses:
             )
         pending = []
         for worker, (name, path) in enumerate(zip(self.scheduler_names, self.scheduler_paths)):
-            parallel = self._parallel(worker, 0)
+            parallel = self._parallel(worker)
             ranks = self._start_ranks(worker_args, worker, parallel)
             reader, writer = ctx.Pipe(duplex=False)
             sched = ctx.Process(
@@ -138,18 +137,13 @@ class ServerProcesses:
         self.children.append(detok)
         return info
 
-    def _parallel(self, worker: int, rank: int) -> ParallelConfig:
+    def _parallel(self, worker: int) -> ParallelConfig:
+        """Rank 0 of data-parallel `worker`'s tensor-parallel group."""
         args = self.args
         if args.tp_size == 1:
             return ParallelConfig()
-        if worker not in self.init_methods:
-            self.init_methods[worker] = (
-                init_method_at(args.dist_init_addr, worker)
-                if args.dist_init_addr
-                else free_init_method()
-            )
-        local = args.tp_size // args.nnodes
-        return ParallelConfig(rank, args.tp_size, self.init_methods[worker], local)
+        init = group_init_method(args.dist_init_addr, worker)
+        return ParallelConfig(0, args.tp_size, init, args.tp_size // args.nnodes)
 
     def _start_ranks(self, args: ServerArgs, worker: int, parallel: ParallelConfig):
         """This node's tensor-parallel ranks of data-parallel `worker`, rank 0 aside."""
@@ -171,7 +165,7 @@ class ServerProcesses:
 
     def start_node_ranks(self) -> list[mp.Process]:
         """--node-rank > 0: only this node's tensor-parallel ranks, once they have loaded."""
-        ranks = self._start_ranks(self.args, 0, self._parallel(0, 0))
+        ranks = self._start_ranks(self.args, 0, self._parallel(0))
         for r in ranks:
             r.check(wait=True)
         return [r.proc for r in ranks]

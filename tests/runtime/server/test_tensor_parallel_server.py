@@ -119,6 +119,7 @@ def test_two_nodes_serve_together_and_the_second_stops_with_the_first(tiny_folde
         (("--tp-size", "0"), "--tp-size must lie in"),
         (("--tp-size", "4"), "cannot be split"),  # SmolLM2: 3 KV heads over 4 ranks
         (("--nnodes", "2", "--dist-init-addr", "nowhere", "--tp-size", "2"), "host:port"),
+        (("--nnodes", "2", "--dist-init-addr", "h:\u00b2", "--tp-size", "2"), "host:port"),
     ],
 )
 def test_bad_parallel_flags_exit_2_naming_the_flag(flags, words):
