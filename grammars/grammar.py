@@ -32,7 +32,8 @@ _MASK_CACHE_BYTES = 64 << 20
 _WALK_CACHE_BYTES = 4 << 20
 _MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
 _NO_FOLLOW = np.zeros(256, np.bool_)
-_WALK_ROOM = 128  # states a token walk may add without growing the arrays
+_WALK_ROOM = 128
+_FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order  # states a token walk may add without growing the arrays
 
 
 class Machine:
@@ -341,14 +342,44 @@ class CompiledGrammar:
             frame, candidates = self._walk_frame(g, parent)
             allowed |= frame
             if len(candidates):
-                single = self._stackset(frozenset([sid]))
-                tb = vocab.token_bytes
-                for tid in candidates.tolist():
-                    if not allowed[tid] and self.walk(single, tb[tid]):
-                        allowed[tid] = True
+                self._check_candidates(self._stackset(frozenset([sid])), candidates, allowed)
         if self.is_complete(ss):
             allowed[vocab.eos_ids] = True
         return vocab.pack(allowed)
+
+    def _check_candidates(self, ss: int, candidates: np.ndarray, allowed: np.ndarray) -> None:
+        """Mark in `allowed` the candidate tokens that a walk from `ss` reads to the end: in
+        trie order, each resuming from the state after the bytes it shares with the one before
+        (a prefix that died kills the tokens that share it)."""
+        vocab = self.vocab
+        candidates = candidates[~allowed[candidates]]
+        if len(candidates) < _FEW_CANDIDATES:
+            tb = vocab.token_bytes
+            for tid in candidates.tolist():
+                if self.walk(ss, tb[tid]):
+                    allowed[tid] = True
+            return
+        trie = vocab.trie
+        rows = np.sort(vocab.row_of[candidates])
+        shared = lazydfa.shared_prefixes(trie.lcp, rows)
+        data, ptr, ids = trie.data, vocab.row_starts, trie.ids
+        step = self.step
+        states = [ss]  # states[d]: after the first d bytes of the row walked last
+        dead = 1 << 30  # the prefix length at which the row walked last died
+        for row, common in zip(rows.tolist(), shared.tolist()):
+            if common >= dead:
+                continue
+            del states[common + 1 :]
+            dead = 1 << 30
+            cur = states[common]
+            for b in data[ptr[row] + common : ptr[row + 1]].tobytes():
+                cur = step(cur, b)
+                if not cur:
+                    dead = len(states)
+                    break
+                states.append(cur)
+            else:
+                allowed[ids[row]] = True
 
     def _walk_frame(self, g: int, parent: int) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the

@@ -443,7 +443,7 @@ class _Builder(_ContainerNodes):
         if t == "string":
             if schema.get("format") in _RESTRICTED_FORMATS:
                 self.inexact["format"] += 1
-            return string_node(schema, path)
+            return string_node(schema, path, self.rules)
         if t == "array":
             return self.array_node(schema, path)
         if t == "object":

@@ -7,7 +7,7 @@ import json
 import re
 
 from grammars.array_dfa import LazyDFA, compact, counter_dfa
-from grammars.automaton import MAX_NFA_STATES, NOTHING, byte_set, cat, lit, rep
+from grammars.automaton import MAX_NFA_STATES, NOTHING, alt, byte_set, cat, lit, rep
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 from grammars.json_schema.core import node_size
@@ -176,9 +176,53 @@ def _lazy_pattern(pattern: str) -> LazyDFA:
 @functools.lru_cache(maxsize=256)
 def _length_dfa(lo: int, hi: int | None):
     """Strings of lo..hi characters (JSON spelling), laid out directly as a counter."""
-    if lo > 10_000 or (hi is not None and hi > 10_000):
-        raise GrammarError("minLength/maxLength: lengths above 10000 are not supported")
+    if lo > _MAX_UNROLLED or (hi is not None and hi > _MAX_UNROLLED):
+        raise GrammarError(
+            f"minLength/maxLength: lengths above {_MAX_UNROLLED} are not supported here"
+        )
     return counter_dfa(_char_dfa(), lo, hi)
+
+
+_MAX_UNROLLED = 10_000  # the longest count laid out as one counter
+# Strings with a bound of _LONG characters or more are counted in blocks of _BLOCK characters,
+# by a rule shared by all strings of the same bounds: a counter takes ~39 states per count at
+# every use. A pop and a push at each block's end make the masks there slower (the tokens
+# crossing it are checked one by one), so shorter bounds keep the counter.
+_BLOCK = 128
+_LONG = 1024
+
+
+def _long_chars(lo: int, hi: int | None, rules: dict) -> tuple:
+    """The inside of a string of lo..hi characters when a bound is long: blocks of exactly
+    _BLOCK characters (one rule, "chars_block", matched by pushing a frame) counted by a rule
+    of its own per (lo, hi), then a tail of fewer than _BLOCK characters. A counter of n
+    characters takes one copy of the character automaton (39 states) per count; this takes
+    one per count of blocks, with no copy of the characters. The split of a length into
+    blocks and a tail is unique, so a matcher follows at most a few frames at once."""
+    name = f"chars_{lo}_{'inf' if hi is None else hi}"
+    if name not in rules:
+        rules.setdefault("chars_block", ("dfa", _length_dfa(_BLOCK, _BLOCK)))
+        block = ("nt", "chars_block")
+        skip = lo // _BLOCK  # blocks every string of lo.. characters starts with
+        low = lo - skip * _BLOCK  # < _BLOCK
+        high = None if hi is None else hi - skip * _BLOCK
+        last = _BLOCK - 1
+        if high is None:
+            rest = alt(
+                ("dfa", _length_dfa(low, last)),
+                cat(rep(block, 1, None), ("dfa", _length_dfa(0, last))),
+            )
+        elif high < _BLOCK:
+            rest = ("dfa", _length_dfa(low, high))
+        else:
+            full = high // _BLOCK  # the most blocks after the skipped ones
+            parts = [("dfa", _length_dfa(low, last))]  # no more blocks
+            if full >= 2:  # 1 .. full - 1 blocks, then any tail
+                parts.append(cat(rep(block, 1, full - 1), ("dfa", _length_dfa(0, last))))
+            parts.append(cat(rep(block, full, full), ("dfa", _length_dfa(0, high % _BLOCK))))
+            rest = alt(*parts)
+        rules[name] = cat(rep(block, skip, skip), rest)
+    return ("nt", name)
 
 
 @functools.lru_cache(maxsize=1)
@@ -330,7 +374,9 @@ def key_except(names: tuple[str, ...]):
     return compact(dfa if shared else dfa.trimmed())
 
 
-def string_node(schema: dict, path: str = "#") -> tuple:
+def string_node(schema: dict, path: str = "#", rules: dict | None = None) -> tuple:
+    """A string value of `schema`; with `rules` (the grammar's rules, which it may add to),
+    long lengths are counted in blocks (_long_chars), otherwise up to _MAX_UNROLLED."""
     lo = schema.get("minLength", 0)
     hi = schema.get("maxLength")
     if isinstance(lo, float) and lo.is_integer():
@@ -352,6 +398,8 @@ def string_node(schema: dict, path: str = "#") -> tuple:
     if not patterns and fmt is None:
         if lo == 0 and hi is None:
             return ("dfa", _any_string_dfa())
+        if rules is not None and max(lo, hi or 0) >= _LONG:
+            return cat(lit('"'), _long_chars(lo, hi, rules), lit('"'))
         return cat(lit('"'), ("dfa", _length_dfa(lo, hi)), lit('"'))
     if len(patterns) == 1 and fmt is None and lo == 0 and hi is None:
         return cat(lit('"'), ("dfa", _lazy_pattern(patterns[0])), lit('"'))

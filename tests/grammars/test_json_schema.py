@@ -424,11 +424,6 @@ def test_not(compiler, checker):
         compiler.compile_json_schema({"not": {"type": "object", "minProperties": 2}})
 
 
-def test_lengths_beyond_the_limit_raise_instead_of_weakening(compiler):
-    with pytest.raises(GrammarError, match="maxLength"):
-        compiler.compile_json_schema({"type": "string", "maxLength": 20_000})
-
-
 @pytest.mark.parametrize(
     "schema, longest, too_long",
     [

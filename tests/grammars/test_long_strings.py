@@ -1,0 +1,78 @@
+"""Strings with long minLength/maxLength (1,024 characters and more; a counter cannot lay out
+more than 10,000): counted in blocks, exactly. The block layout is checked exhaustively with small blocks (masks against
+accept_token at every token), then at the real sizes."""
+
+import json
+
+import pytest
+
+from grammars import GrammarCompiler, GrammarError
+from grammars.json_schema import strings
+from tests.grammars.conftest import Checker
+
+CHARS = 'aé"\\\n😀z'  # one-byte, two-byte, escaped, four-byte (a surrogate pair escape)
+
+
+def _text(n: int) -> str:
+    return "".join(CHARS[i % len(CHARS)] for i in range(n))
+
+
+@pytest.fixture()
+def small_blocks(monkeypatch, smollm2_tokenizer):
+    """Blocks of 4 characters from 13 characters on, in a compiler of their own."""
+    monkeypatch.setattr(strings, "_BLOCK", 4)
+    monkeypatch.setattr(strings, "_LONG", 13)
+    return Checker(smollm2_tokenizer, GrammarCompiler(smollm2_tokenizer))
+
+
+@pytest.mark.parametrize(
+    "lo, hi",
+    [(0, 13), (0, 21), (13, None), (14, 19), (5, 30), (17, 17), (13, 16), (26, 41), (3, 50)],
+)
+def test_every_length_around_the_bounds(small_blocks, lo, hi):
+    schema = {"type": "string", "minLength": lo}
+    if hi is not None:
+        schema["maxLength"] = hi
+    grammar = small_blocks.compiler.compile_json_schema(schema)
+    top = (hi or lo) + 6
+    for n in range(max(0, lo - 3), top + 1):
+        expected = lo <= n and (hi is None or n <= hi)
+        doc = json.dumps(_text(n))
+        assert small_blocks.accepts(grammar, doc) == expected, (lo, hi, n)
+
+
+def test_blocks_inside_objects_and_arrays(small_blocks):
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string", "maxLength": 15},
+            "b": {"type": "array", "items": {"type": "string", "minLength": 13, "maxLength": 14}},
+        },
+        "required": ["a", "b"],
+    }
+    grammar = small_blocks.compiler.compile_json_schema(schema)
+    ok = {"a": _text(15), "b": [_text(13), _text(14)]}
+    assert small_blocks.accepts(grammar, json.dumps(ok))
+    for bad in (
+        {"a": _text(16), "b": []},
+        {"a": "", "b": [_text(12)]},
+        {"a": "", "b": [_text(15)]},
+    ):
+        assert not small_blocks.accepts(grammar, json.dumps(bad)), bad
+
+
+def test_real_sizes(checker, compiler):
+    """maxLength 32767 (the commonest long bound in MaskBench) and a minLength of 20,000."""
+    short = compiler.compile_json_schema({"type": "string", "maxLength": 32767})
+    for n in (0, 1, 127, 128, 129, 300):  # masks checked across the first block ends
+        assert checker.accepts(short, json.dumps(_text(n)))
+    assert checker.accepts(short, json.dumps("x" * 32767), check_masks=False)
+    assert not checker.accepts(short, json.dumps("x" * 32768), check_masks=False)
+    long = compiler.compile_json_schema({"type": "string", "minLength": 20_000})
+    assert not checker.accepts(long, json.dumps("y" * 19_999), check_masks=False)
+    assert checker.accepts(long, json.dumps("y" * 20_000 + "é"), check_masks=False)
+
+
+def test_long_bound_beside_a_pattern_still_raises(compiler):
+    with pytest.raises(GrammarError, match="maxLength"):
+        compiler.compile_json_schema({"type": "string", "pattern": "^a+$", "maxLength": 20_000})
