@@ -18,6 +18,7 @@ import numpy as np
 from grammars.automaton import EMPTY, NOTHING, alt, byte_set, cat, lit, rep
 from grammars.budget import checkpoint, watching_calls
 from grammars.errors import GrammarError
+from grammars.regex_anchors import AnchoredPattern, has_assertions
 
 MAX_CODEPOINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
@@ -388,9 +389,11 @@ def regex_to_node(
     parsed = _parse(pattern, flags)
     conv = _Converter(json_mode, parsed.state.flags | flags, key_mode)
     anything = rep(conv.chars(ANY_CHAR), 0, None)
+    branches = [_strip_anchors(items, json_mode) for items in _branches(parsed)]
+    if json_mode and any(has_assertions(items) for items, _, _ in branches):
+        return AnchoredPattern(conv, anything).node(list(parsed), search)
     alternatives = []
-    for items in _branches(parsed):
-        items, anchored_start, anchored_end = _strip_anchors(items, json_mode)
+    for items, anchored_start, anchored_end in branches:
         node = conv.seq(items)
         if search:
             node = cat(

@@ -1,0 +1,76 @@
+"""Anchors inside patterns and lookaheads at their start (ECMA-262: ^ and $ only at the ends of
+the text), against Python's re on random texts, and through a compiled schema token by token."""
+
+import json
+import random
+import re
+
+import pytest
+
+from grammars import GrammarError
+from grammars.automaton import EagerDFA
+from grammars.regex import regex_to_node
+
+PATTERNS = [
+    "^([^,]|$)",
+    r"^$|(^(?:\S+\s+){0,3}\S+$)",
+    "(^[^5]*$)|7",
+    r"^$|^\./((\.\./|[a-z_/\-])[^\.]*\.png)$",
+    r'^(?!.*(\{Tr\}|["<>*?:/\\])).*\.[bB][lL][fF]$',
+    "a$|b",
+    "(a|^)b",
+    "x(^|y)z",
+    r"^(?=.*\d)[a-z0-9]{2,4}$",
+    "^(?!ab)",
+    "a(?:$)?b",
+    "(^a|b$)c",
+    r"^(?!.*\.exe$).*$",
+    "(a$){0,2}",
+    "$^",
+    "^a*^b",
+]
+ALPHABET = 'ab5,7.xyz/ \\"01{}Tr\n'
+EXTRA = ["./a.png", "ab", "b", "a", "c", "xz", "xyz", "ac", "bc", "a1", "ab1", "f.blf", "q.exe"]
+
+
+def _python_search(pattern: str, text: str) -> bool:
+    # ECMA-262's $ is the end of the text only; Python's also matches before a final newline
+    return re.search(pattern.replace("$", r"(?![\s\S])"), text) is not None
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_agrees_with_re(pattern):
+    rng = random.Random(pattern)
+    texts = [""] + EXTRA
+    texts += ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 7))) for _ in range(800)]
+    dfa = EagerDFA.from_node(regex_to_node(pattern, json_mode=True, search=True))
+    for text in texts:
+        inside = json.dumps(text)[1:-1].encode()  # the string as JSON spells it
+        assert dfa.accepts(inside) == _python_search(pattern, text), (pattern, text)
+
+
+def test_through_a_schema(checker, compiler):
+    grammar = compiler.compile_json_schema(
+        {"type": "array", "items": {"type": "string", "pattern": r"^$|^[a-z]+(\.[a-z]+)*$|^#\d$"}}
+    )
+    assert checker.accepts(grammar, ["", "ab.cd", "#4", "x"])
+    for bad in (["a..b"], [" "], ["#44"], ["ab."]):
+        assert not checker.accepts(grammar, bad), bad
+    grammar = compiler.compile_json_schema({"type": "string", "pattern": r"^(?!.*\.exe$).+$"})
+    assert checker.accepts(grammar, '"setup.msi"')
+    assert not checker.accepts(grammar, '"setup.exe"')
+
+
+@pytest.mark.parametrize(
+    "pattern, message",
+    [
+        ("(?!a)b", "lookaheads"),
+        ("a(?=b)", "lookaheads"),
+        ("(^)*a", "unbounded"),
+        (r"^a\b", "boundaries"),
+        ("(?<=a)b", "lookbehind"),
+    ],
+)
+def test_forms_not_enforced_raise(pattern, message):
+    with pytest.raises(GrammarError, match=message):
+        regex_to_node(pattern, json_mode=True, search=True)
