@@ -53,6 +53,7 @@ def timed_steps(ids, times, step) -> bool:
 
 class Radixgen:
     name = "radixgen"
+    property_order = "schema"
 
     def __init__(self, tok):
         self.gc = GrammarCompiler(tok)
@@ -60,7 +61,7 @@ class Radixgen:
         self.eos = int(self.gc.vocab.eos_ids[0])
 
     def compile(self, schema):
-        g = self.gc.compile_json_schema(schema)
+        g = self.gc.compile_json_schema(schema, property_order=self.property_order)
         m = g.matcher()
         m.fill_next_token_bitmask(np.zeros(self.words, np.int32))
         return g
@@ -77,6 +78,13 @@ class Radixgen:
             return ok
 
         return timed_steps(ids, times, step) and m.accept_token(self.eos)
+
+
+class RadixgenAnyOrder(Radixgen):
+    """property_order="any": an object's properties accepted in any order."""
+
+    name = "radixgen-any"
+    property_order = "any"
 
 
 class LLGuidance:
@@ -187,6 +195,7 @@ class OutlinesCore:
 
 ENGINES = {
     "radixgen": Radixgen,
+    "radixgen-any": RadixgenAnyOrder,
     "llguidance": LLGuidance,
     "xgrammar": XGrammar,
     "outlines-core": OutlinesCore,

@@ -115,6 +115,7 @@ class _Builder(_ContainerNodes):
         self.ref_siblings_apply = "2019-09" in draft or "2020-12" in draft or not draft
         self.rules: dict[str, tuple] = {}
         self.property_order = "schema"  # or "any"
+        self._member_rule_count = 0  # rules made of members in any order (_member_rules)
         self._expanding: list[str] = []
         self._recursive: set[str] = set()
         self._ref_nodes: dict[str, tuple] = {}

@@ -33,6 +33,8 @@ from grammars.regex import regex_to_node
 _MAX_CONTAINED = 8  # minContains: the designated items are each a copy of the item node
 _MAX_UNIQUE_VALUES = 8  # uniqueItems: the automaton tracks which values were used (2**n)
 _MAX_COUNTED = 200_000  # nodes of an object whose members are counted, over all count tracks
+_MAX_ANY_ORDER = 50_000  # nodes of an object whose members come in any order
+_MEMBER_COPIES = 4096  # nodes the copies of one member in any order may take before it is a rule
 
 
 class _ContainerNodes:
@@ -228,13 +230,34 @@ class _ContainerNodes:
             return NOTHING
         any_order = self.property_order == "any" and counts == (0, None) and len(items) > 1
         sep = self.member_sep
+        if any_order:
+            items, extra = self._member_rules(items, extra)
         members = ("members", tuple(items), sep, extra, counts, any_order)
-        if any_order and node_size(members, _MAX_COUNTED, True) > _MAX_COUNTED:
+        if any_order and node_size(members, _MAX_ANY_ORDER, True) > _MAX_ANY_ORDER:
             any_order = False  # too many sets of properties to track: the schema's order
             members = ("members", tuple(items), sep, extra, counts, False)
         if not any_order and len(items) + (extra is not None) > 1:  # members in one order
             self.inexact["order"] += 1
         return cat(lit("{"), self.ws, members, self.ws, lit("}"))
+
+    def _member_rules(self, items: list, extra) -> tuple[list, tuple | None]:
+        """Members in any order are built once per set of members they lead to, and extra
+        members once per set: when copies would make them too large, every member (and the
+        extra member) becomes a rule of its own, one move per copy, matched by pushing a
+        frame (and a rule's automaton holds no copies of the objects inside it)."""
+        sets = 1 << len(items)
+        parts = [item for item, _ in items] + ([extra] if extra is not None else [])
+        if not any(node_size(p, _MEMBER_COPIES) * sets > _MEMBER_COPIES for p in parts):
+            return items, extra
+        return [(self._rule_of(item), required) for item, required in items], (
+            None if extra is None else self._rule_of(extra)
+        )
+
+    def _rule_of(self, node) -> tuple:
+        name = f"member{self._member_rule_count}"
+        self._member_rule_count += 1
+        self.rules[name] = node
+        return ("nt", name)
 
     def _member_counts(self, schema: dict, items: list, extra, path: str):
         """(lo, hi) members the object must hold for minProperties/maxProperties, (0, None)

@@ -81,6 +81,7 @@ def node_size(node, cap: int | None = None, exact: bool = False) -> int:
             if n[5]:
                 tracks = copies * (1 << len(n[1]))
             todo.extend((i, tracks) for i, _ in n[1])
+            todo.append((n[2], tracks * len(n[1])))  # a separator before each member
             if n[3]:
                 todo.append((n[3], tracks))
         elif kind == "dfa":
