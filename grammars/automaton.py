@@ -265,9 +265,9 @@ class NFA:
                 self.eps.append((p, e))
 
     def _members_any_order(self, node, s: int, e: int) -> None:
-        """The items in any order, each at most once (the required ones all present), extras
-        anywhere: one state per set of items written (bit i: item i), plus the empty set
-        after extras only; each item is built once per set it leads to."""
+        """The items in any order, each at most once (the required ones all present, lo..hi
+        of them in all), extras anywhere: one state per set of items written (bit i: item i),
+        plus the empty set after extras only; each item is built once per set it leads to."""
         _, items, sep, extra, _, _ = node
         n = len(items)
         state = {0: s}  # set of items written -> state; the empty set before anything
@@ -298,8 +298,10 @@ class NFA:
                     else:
                         self.eps.append((p, mid))
         needed = sum(1 << i for i, (_, required) in enumerate(items) if required)
+        lo, hi = node[4]  # member counts (only without extras: those are not counted)
         for used, places in sources.items():
-            if used & needed == needed:
+            written = used.bit_count()
+            if used & needed == needed and lo <= written and (hi is None or written <= hi):
                 for p, _ in places:
                     self.eps.append((p, e))
 

@@ -191,13 +191,13 @@ def _json_char(c: int) -> tuple:
 
 
 _SHORT_ONLY: Ranges = [(0x08, 0x0A), (0x0C, 0x0D), (0x22, 0x22), (0x5C, 0x5C)]
-_RAW_ONLY: Ranges = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E), (0x10000, MAX_CODEPOINT)]
+_RAW_ONLY: Ranges = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E)]
 
 
 def key_chars(ranges: Ranges) -> tuple:
     """Any one character of `ranges` in one of the spellings a fixed object key is matched
-    in (json_schema.strings._string_literal): printable ASCII and astral characters as
-    themselves, the short escape where JSON has one, \\uXXXX (or raw) for the others."""
+    in (json_schema.strings._string_literal): printable ASCII as itself, the short escape
+    where JSON has one, raw or escaped (\\uXXXX, a surrogate pair) for the others."""
     ranges = normalize(ranges)
     short = [c for c in _SHORT_ESCAPES if c != 0x2F and intersect_ranges(ranges, [(c, c)])]
     parts = [raw_chars(intersect_ranges(ranges, _RAW_ONLY))]

@@ -65,3 +65,18 @@ def test_refusals(compiler, checker):
     ]:
         assert not checker.accepts(grammar, doc), doc
     assert checker.accepts(grammar, obj(("extra", "[1, {}]"), ("delta", v), ("alpha", v)))
+
+
+def test_member_counts_in_any_order(compiler, checker):
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {}},
+        "minProperties": 2,
+        "maxProperties": 2,
+        "additionalProperties": False,
+    }
+    grammar = compiler.compile_json_schema(schema, property_order="any")
+    for doc in ['{"b": "", "a": 0}', '{"c": [], "a": 1}', '{"b": "x", "c": null}']:
+        assert checker.accepts(grammar, doc), doc
+    for doc in ['{"a": 0}', '{"c": 1, "b": "", "a": 0}', "{}", '{"a": 1, "a": 2}']:
+        assert not checker.accepts(grammar, doc), doc
