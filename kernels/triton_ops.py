@@ -2,7 +2,8 @@
 
 Loads are upcast to float32 and every accumulation is float32 (also needed under
 TRITON_INTERPRET=1, where bfloat16 arithmetic is wrong). Head dims that are not powers of two
-(80, 96) run in a power-of-two block with the tail masked.
+(80, 96) run in a power-of-two block with the tail masked. The extend kernel's matrix products
+run in full float32 for float32 inputs (not TF32), so that those match the reference.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ import triton.language as tl
 
 
 @triton.jit
-def _online_softmax_block(q, k_ptrs, v_ptrs, load_mask, keep, sm_scale, m_i, l_i, acc):
+def _online_softmax_block(
+    q, k_ptrs, v_ptrs, load_mask, keep, sm_scale, m_i, l_i, acc, DOT_PRECISION: tl.constexpr
+):
     """One key/value block of flash attention: update the running max, sum and output."""
     k = tl.load(k_ptrs, mask=load_mask, other=0.0).to(tl.float32)
-    s = tl.dot(q, tl.trans(k)) * sm_scale
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
     s = tl.where(keep, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp(s - m_new[:, None])
     alpha = tl.exp(m_i - m_new)
     v = tl.load(v_ptrs, mask=load_mask, other=0.0).to(tl.float32)
-    acc = acc * alpha[:, None] + tl.dot(p, v)
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
     l_i = l_i * alpha + tl.sum(p, 1)
     return m_new, l_i, acc
 
@@ -57,6 +60,7 @@ def _extend_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     req = tl.program_id(0)
     head = tl.program_id(1)
@@ -96,6 +100,7 @@ def _extend_kernel(
             m_i,
             l_i,
             acc,
+            DOT_PRECISION,
         )
 
     # the new tokens themselves, causally
@@ -117,6 +122,7 @@ def _extend_kernel(
             m_i,
             l_i,
             acc,
+            DOT_PRECISION,
         )
 
     out = acc / l_i[:, None]
@@ -181,7 +187,15 @@ def extend_attention_fwd(
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         CAUSAL=causal,
+        DOT_PRECISION=_dot_precision(q_extend.dtype),
     )
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    """tl.dot's input precision: full float32 ("ieee") for float32 inputs, which TF32 (the GPU
+    default) would round to 10 mantissa bits; TF32 for 16-bit inputs, whose values it holds
+    exactly and whose outputs keep no more bits than it."""
+    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 @triton.jit

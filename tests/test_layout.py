@@ -24,6 +24,7 @@ LAYERS = [
         "runtime.server.metrics",
         "runtime.faults",
         "runtime.version",
+        "runtime.transfer",
     ],
     ["runtime.server_args", "runtime.scheduler.req"],
     ["runtime.messages", "runtime.ipc", "runtime.outputs", "runtime.cache", "runtime.sampling"],

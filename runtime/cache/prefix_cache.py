@@ -51,6 +51,10 @@ class PrefixCache(ABC):
     @abstractmethod
     def reset(self) -> None: ...
 
+    def no_slots(self) -> torch.Tensor:
+        """An empty list of KV slots, on the pool's device like every other."""
+        return torch.empty(0, dtype=torch.int64, device=self.kv_pool.device)
+
     def req_slots(self, req: Req) -> torch.Tensor:
         return self.req_to_token_pool.req_to_token[req.req_pool_idx, : req.kv_len].long()
 
@@ -59,7 +63,7 @@ class NoPrefixCache(PrefixCache):
     """Caching disabled: a request's KV returns to the pool when it finishes."""
 
     def match_prefix(self, tokens):
-        return torch.empty(0, dtype=torch.int64), None
+        return self.no_slots(), None
 
     def lock(self, node):
         pass

@@ -45,7 +45,7 @@ class RadixCache(PrefixCache):
     """Prefix cache that shares KV between requests at token granularity."""
 
     def reset(self) -> None:
-        self.root = TreeNode([], torch.empty(0, dtype=torch.int64), None)
+        self.root = TreeNode([], self.no_slots(), None)
         self.root.lock_ref = 1
         self._evictable = 0
         self._protected = 0
@@ -69,7 +69,7 @@ class RadixCache(PrefixCache):
             node, i = child, i + n
             if partial:
                 break
-        slots = torch.cat(values) if values else torch.empty(0, dtype=torch.int64)
+        slots = torch.cat(values) if values else self.no_slots()
         return slots, node
 
     def insert(self, tokens: list[int], slots: torch.Tensor) -> int:
@@ -174,7 +174,7 @@ class RadixCache(PrefixCache):
 
     def cached_slots(self) -> torch.Tensor:
         values = [n.value for n in self._nodes()]
-        return torch.cat(values) if values else torch.empty(0, dtype=torch.int64)
+        return torch.cat(values) if values else self.no_slots()
 
     def node_weights(self, nodes: list[TreeNode]) -> dict[int, int]:
         """How many of `nodes` lie in each node's subtree (by id), for dfs-weight scheduling."""

@@ -152,8 +152,8 @@ class ModelRunner:
             weights = iter_safetensors(self.model_folder)
         model.load_weights(weights)
         for p in model.parameters():  # buffers (rotary tables) stay float32
-            p.data = p.data.to(device=self.device, dtype=self.dtype)
-        return model.to(self.device).eval()
+            p.data = p.data.to(dtype=self.dtype)
+        return model.to(self.device).eval()  # parameters and buffers
 
     def _kv_pool_size(self) -> int:
         if self.args.max_total_tokens:

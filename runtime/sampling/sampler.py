@@ -1,16 +1,20 @@
 """Batched sampling: penalties, temperature, top-k, top-p, min-p, seeds and logprobs.
 
 Requests with different parameters share one call; each step runs a handful of tensor ops over
-the whole batch, and the sort that top-k/top-p/min-p need only for the rows that use them.
+the whole batch on the logits' device, and the sort that top-k/top-p/min-p need only for the
+rows that use them. The per-request parameters travel to the device in one copy
+(runtime.transfer); the chosen ids and the requested logprobs are all that come back.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from runtime.scheduler.req import Req
+from runtime.transfer import to_device
 
 
 @dataclass
@@ -20,29 +24,101 @@ class SampleOutput:
     top_logprobs: list[list[tuple[float, int]]] | None
 
 
+_Column = list | torch.Tensor
+
+
+class _BatchParams(NamedTuple):
+    """What sampling a batch needs besides the logits, as flat lists built on the host, then
+    (the same fields) as tensors on the logits' device, moved in one copy."""
+
+    rows: _Column  # the row of the logits each request samples from
+    ban_rows: _Column  # (row, token) pairs set to -inf: stop and EOS ids before min_new_tokens
+    ban_ids: _Column
+    bias_rows: _Column  # (row, token) pairs that get a logit_bias
+    bias_ids: _Column
+    penalty_rows: _Column  # rows with penalties, then their output and all ids, row after row
+    out_lens: _Column
+    out_ids: _Column
+    all_lens: _Column
+    all_ids: _Column
+    random_rows: _Column  # rows that sample (not greedy), then their parameters
+    top_k: _Column
+    biases: _Column  # the floats, from here on
+    frequency: _Column
+    presence: _Column
+    repetition: _Column
+    temperature: _Column
+    top_p: _Column
+    min_p: _Column
+
+    def to(self, device: torch.device) -> _BatchParams:
+        """The same fields as tensors on `device`: int64 up to `biases`, float32 from there."""
+        cut = self._fields.index("biases")
+        return _BatchParams(*to_device(device, self[:cut], self[cut:]))
+
+
+def _batch_params(
+    reqs: list[Req], rows: list[int], eos_ids: set[int], penalty_rows: list[int], vocab: int
+) -> _BatchParams:
+    """The host lists of a batch: request i samples from logits row rows[i]; the rows in
+    `penalty_rows` (indices into reqs) get penalties."""
+    p = _BatchParams(rows, *([] for _ in range(len(_BatchParams._fields) - 1)))
+    for row, req in enumerate(reqs):
+        sp = req.sampling_params
+        # a grammar decides itself when the text may end
+        if len(req.output_ids) < sp.min_new_tokens and req.grammar is None:
+            banned = set(sp.stop_token_ids) | (set() if sp.ignore_eos else eos_ids)
+            p.ban_rows.extend([row] * len(banned))
+            p.ban_ids.extend(banned)
+        if sp.logit_bias:
+            items = dict(sp.bias_items())  # one bias per token: the last given
+            p.bias_rows.extend([row] * len(items))
+            p.bias_ids.extend(items)
+            p.biases.extend(items.values())
+        if not sp.is_greedy:
+            p.random_rows.append(row)
+            p.top_k.append(sp.top_k if sp.top_k > 0 else vocab)
+            p.temperature.append(sp.temperature)
+            p.top_p.append(sp.top_p)
+            p.min_p.append(sp.min_p)
+    for row in penalty_rows:
+        req, sp = reqs[row], reqs[row].sampling_params
+        p.penalty_rows.append(row)
+        p.out_lens.append(len(req.output_ids))
+        p.out_ids.extend(req.output_ids)
+        p.all_lens.append(req.seq_len)
+        p.all_ids.extend(req.all_ids)
+        p.frequency.append(sp.frequency_penalty)
+        p.presence.append(sp.presence_penalty)
+        p.repetition.append(sp.repetition_penalty)
+    return p
+
+
 def apply_penalties(logits: torch.Tensor, reqs: list[Req], rows: list[int], vocab: int) -> None:
     """OpenAI frequency/presence penalties on generated tokens; repetition penalty on all tokens."""
-    out_ids = [reqs[r].output_ids for r in rows]
-    all_ids = [reqs[r].all_ids for r in rows]
-    counts = _token_counts(out_ids, vocab)
-    seen = _token_counts(all_ids, vocab) > 0
-    idx = torch.tensor(rows)
-    sub = logits[idx]
-    freq = torch.tensor([reqs[r].sampling_params.frequency_penalty for r in rows])[:, None]
-    pres = torch.tensor([reqs[r].sampling_params.presence_penalty for r in rows])[:, None]
-    rep = torch.tensor([reqs[r].sampling_params.repetition_penalty for r in rows])[:, None]
-    sub = sub - freq * counts - pres * (counts > 0)
+    params = _batch_params(reqs, list(range(len(reqs))), set(), rows, vocab)
+    _penalise(logits, params.to(logits.device), vocab)
+
+
+def _penalise(logits: torch.Tensor, p: _BatchParams, vocab: int) -> None:
+    counts = _token_counts(p.out_lens, p.out_ids, vocab)
+    seen = _token_counts(p.all_lens, p.all_ids, vocab) > 0
+    sub = logits[p.penalty_rows]
+    sub = sub - p.frequency[:, None] * counts - p.presence[:, None] * (counts > 0)
+    rep = p.repetition[:, None]
     penalised = torch.where(sub > 0, sub / rep, sub * rep)
-    logits[idx] = torch.where(seen, penalised, sub)
+    logits[p.penalty_rows] = torch.where(seen, penalised, sub)
 
 
-def _token_counts(id_lists: list[list[int]], vocab: int) -> torch.Tensor:
-    counts = torch.zeros(len(id_lists), vocab)
-    for row, ids in enumerate(id_lists):
-        if ids:
-            t = torch.tensor(ids)
-            counts[row].index_add_(0, t, torch.ones(len(ids)))
-    return counts
+def _token_counts(lengths: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[rows, vocab] float32: how often each token occurs in each row's ids, where `ids` holds
+    the rows' ids one after another (`lengths[r]` for row r)."""
+    rows = lengths.numel()
+    row_of = torch.repeat_interleave(
+        torch.arange(rows, device=ids.device), lengths, output_size=ids.numel()
+    )
+    counts = torch.zeros(rows, vocab, device=ids.device)
+    return counts.index_put_((row_of, ids), torch.ones(ids.numel(), device=ids.device), True)
 
 
 def _filter_probs(
@@ -50,7 +126,7 @@ def _filter_probs(
 ):
     """Zero the probabilities outside each row's top-k, top-p nucleus and min-p floor."""
     sorted_p, order = probs.sort(dim=-1, descending=True)
-    rank = torch.arange(probs.shape[-1])[None, :]
+    rank = torch.arange(probs.shape[-1], device=probs.device)[None, :]
     drop = rank >= top_k[:, None]
     drop |= (sorted_p.cumsum(-1) - sorted_p) > top_p[:, None]  # keep the token that crosses top_p
     drop |= sorted_p < sorted_p[:, :1] * min_p[:, None]
@@ -63,50 +139,41 @@ def sample(
     reqs: list[Req],
     eos_ids: set[int],
     bitmask: torch.Tensor | None = None,
+    rows: list[int] | None = None,
 ) -> SampleOutput:
-    """Pick one next token per row of `logits` ([B, V] float32) for the matching request;
-    `bitmask` (fill_grammar_bitmask) limits the rows of constrained requests, before
-    penalties, temperature, top-k, top-p and min-p."""
-    batch, vocab = logits.shape
+    """Pick one next token per request from its row of `logits` ([N, V] float32): row
+    `rows[i]` for request i, by default row i. `bitmask` (fill_grammar_bitmask, on the host)
+    limits the rows of constrained requests, before penalties, temperature, top-k, top-p and
+    min-p. Everything runs on the logits' device; only the chosen ids and the logprobs asked
+    for come back."""
+    vocab = logits.shape[1]
     params = [r.sampling_params for r in reqs]
-    want_logprob = [r.return_logprob for r in reqs]
-    raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprob) else None
+    penalty_rows = [i for i, sp in enumerate(params) if sp.has_penalties]
+    rows = list(range(len(reqs))) if rows is None else rows
+    host = _batch_params(reqs, rows, eos_ids, penalty_rows, vocab)
+    p = host.to(logits.device)
+    logits = logits[p.rows]  # a copy, edited in place from here on
+    want_logprob = any(r.return_logprob for r in reqs)
+    raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprob else None
     if bitmask is not None:
         apply_token_bitmask(logits, bitmask)
-
-    for row, (req, sp) in enumerate(zip(reqs, params)):
-        # a grammar decides itself when the text may end
-        if len(req.output_ids) < sp.min_new_tokens and req.grammar is None:
-            banned = set(sp.stop_token_ids) | (set() if sp.ignore_eos else eos_ids)
-            if banned:
-                logits[row, list(banned)] = float("-inf")
-    for row, sp in enumerate(params):
-        if sp.logit_bias:
-            ids, biases = zip(*sp.bias_items())
-            logits[row, list(ids)] += torch.tensor(biases, dtype=logits.dtype)
-    penalty_rows = [i for i, sp in enumerate(params) if sp.has_penalties]
+    if host.ban_rows:
+        logits[p.ban_rows, p.ban_ids] = float("-inf")
+    if host.bias_rows:
+        logits[p.bias_rows, p.bias_ids] += p.biases
     if penalty_rows:
-        apply_penalties(logits, reqs, penalty_rows, vocab)
+        _penalise(logits, p, vocab)
     logits.masked_fill_(logits.isnan(), float("-inf"))  # extreme penalties or a broken model
 
     next_ids = logits.argmax(dim=-1)
-    random_rows = [i for i, sp in enumerate(params) if not sp.is_greedy]
-    if random_rows:
-        idx = torch.tensor(random_rows)
-        temps = torch.tensor([params[i].temperature for i in random_rows])[:, None]
-        probs = torch.softmax(logits[idx] / temps, dim=-1)
-        broken = ~torch.isfinite(probs).all(dim=-1)  # an infinite logit: that token is certain
-        if bool(broken.any()):
-            probs[broken] = torch.nn.functional.one_hot(next_ids[idx][broken], vocab).to(probs)
-        top_k = torch.tensor(
-            [params[i].top_k if params[i].top_k > 0 else vocab for i in random_rows]
-        )
-        top_p = torch.tensor([params[i].top_p for i in random_rows])
-        min_p = torch.tensor([params[i].min_p for i in random_rows])
-        if bool((top_k < vocab).any() or (top_p < 1).any() or (min_p > 0).any()):
-            probs = _filter_probs(probs, top_k, top_p, min_p)
-        picked = _draw(probs, [reqs[i].generator for i in random_rows])
-        next_ids[idx] = picked
+    if host.random_rows:
+        idx = p.random_rows
+        probs = torch.softmax(logits[idx] / p.temperature[:, None], dim=-1)
+        _certain_where_broken(probs, next_ids[idx])
+        rand = [params[i] for i in host.random_rows]
+        if any(0 < sp.top_k < vocab or sp.top_p < 1 or sp.min_p > 0 for sp in rand):
+            probs = _filter_probs(probs, p.top_k, p.top_p, p.min_p)
+        next_ids[idx] = _draw(probs, [reqs[i] for i in host.random_rows])
 
     ids = next_ids.tolist()
     logprobs = top = None
@@ -123,19 +190,32 @@ def sample(
     return SampleOutput(ids, logprobs, top)
 
 
-def _draw(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
-    """One multinomial draw per row; seeded rows draw from their own generator."""
+def _certain_where_broken(probs: torch.Tensor, argmax: torch.Tensor) -> None:
+    """A row with an infinite logit has no finite softmax: make its argmax certain (in place,
+    without asking the device which rows those are)."""
+    broken = ~torch.isfinite(probs).all(dim=-1, keepdim=True)
+    at = argmax[:, None]
+    kept = probs.gather(1, at)
+    probs.masked_fill_(broken, 0.0)
+    probs.scatter_(1, at, torch.where(broken, 1.0, kept))
+
+
+def _draw(probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
+    """One multinomial draw per row; seeded rows draw from their own generator, which lives on
+    the probabilities' device."""
     out = torch.multinomial(probs, 1).squeeze(1)
-    for row, gen in enumerate(generators):
+    for row, req in enumerate(reqs):
+        gen = req.generator_on(probs.device)
         if gen is not None:
             out[row] = torch.multinomial(probs[row], 1, generator=gen)[0]
     return out
 
 
-def prompt_logprobs(logits: torch.Tensor, targets: list[int], top_k: int):
-    """Log-probabilities of `targets` under each row of logits, plus each row's top-k."""
+def prompt_logprobs(logits: torch.Tensor, targets: torch.Tensor, top_k: int):
+    """Log-probabilities of `targets` (a tensor on the logits' device) under each row of
+    logits, plus each row's top-k."""
     lp = torch.log_softmax(logits, dim=-1)
-    chosen = lp.gather(1, torch.tensor(targets)[:, None]).squeeze(1).tolist()
+    chosen = lp.gather(1, targets[:, None]).squeeze(1).tolist()
     top = None
     if top_k > 0:
         v, i = lp.topk(min(top_k, lp.shape[-1]), dim=-1)
@@ -143,13 +223,14 @@ def prompt_logprobs(logits: torch.Tensor, targets: list[int], top_k: int):
     return chosen, top
 
 
-def fill_grammar_bitmask(matchers: list, words: int) -> torch.Tensor | None:
+def fill_grammar_bitmask(matchers: list, words: int, pinned: bool = False) -> torch.Tensor | None:
     """One int32 row of allowed-token bits per matcher (every bit set where the matcher is
-    None); None when no row is constrained. The matchers' kernels release the GIL, so this
+    None), on the host (in page-locked memory with `pinned`, for an asynchronous copy to a
+    GPU); None when no row is constrained. The matchers' kernels release the GIL, so this
     runs in a thread while the model's forward pass runs."""
     if all(m is None for m in matchers):
         return None
-    bitmask = torch.full((len(matchers), words), -1, dtype=torch.int32)
+    bitmask = torch.full((len(matchers), words), -1, dtype=torch.int32, pin_memory=pinned)
     for row, matcher in enumerate(matchers):
         if matcher is not None:
             matcher.fill_next_token_bitmask(bitmask, row)
@@ -165,4 +246,4 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     else:
         from kernels import apply_token_bitmask_inplace_ref
 
-        apply_token_bitmask_inplace_ref(logits, bitmask)
+        apply_token_bitmask_inplace_ref(logits, bitmask.to(logits.device))

@@ -67,11 +67,7 @@ class Req:
         self.grammar_cancel = None  # a threading.Event that stops that compilation
         self.jump_forward_tokens = 0  # output tokens appended by jump-forward, not decoded
         self.rewound_to: int | None = None  # first output position a jump replaced, until sent
-        self.generator = (
-            torch.Generator().manual_seed(sampling_params.seed)
-            if sampling_params.seed is not None
-            else None
-        )
+        self.generator: torch.Generator | None = None  # see generator_on
         self.input_token_logprobs: list[tuple[float | None, int]] = []
         self.input_top_logprobs: list[list[tuple[float, int]] | None] = []
         self.output_token_logprobs: list[tuple[float, int]] = []
@@ -79,6 +75,16 @@ class Req:
         self.created_at = time.perf_counter()
         self.first_token_at: float | None = None
         self.finished_at: float | None = None
+
+    def generator_on(self, device: torch.device) -> torch.Generator | None:
+        """The seeded random stream of this request on `device` (where its logits are), made
+        at its first draw; None without a seed."""
+        seed = self.sampling_params.seed
+        if seed is None:
+            return None
+        if self.generator is None or self.generator.device != device:
+            self.generator = torch.Generator(device).manual_seed(seed)
+        return self.generator
 
     @property
     def all_ids(self) -> list[int]:

@@ -31,6 +31,7 @@ from runtime.scheduler.jump_forward import jump_forward
 from runtime.scheduler.policy import match_len_limit, order_waiting
 from runtime.scheduler.req import FinishReason, Req
 from runtime.server_args import ServerArgs
+from runtime.transfer import pinned_if, to_device
 
 logger = logging.getLogger(__name__)
 
@@ -255,7 +256,9 @@ class Scheduler:
         matchers = [p.req.grammar for p in plan if p.sample_row is not None]
         bitmask = None
         if any(m is not None for m in matchers):
-            bitmask = self._mask_pool.submit(fill_grammar_bitmask, matchers, self.mask_words)
+            bitmask = self._mask_pool.submit(
+                fill_grammar_bitmask, matchers, self.mask_words, pinned_if(self.runner.device)
+            )
         try:
             logits = self.runner.forward(batch)
         except Exception as exc:  # fail this step's requests, keep serving the others
@@ -396,17 +399,13 @@ class Scheduler:
         total = sum(p.length for p in plan)
         if not self._make_room(total):
             raise RuntimeError(f"KV pool cannot supply {total} slots after eviction")
-        slots = self.kv_pool.alloc(total)
-        table = self.req_to_token_pool.req_to_token
+        slots = self.kv_pool.alloc(total)  # on the device, like the pool
         ids, positions, logit_rows = [], [], []
         offset = 0
         for p in plan:
             req, end = p.req, p.start + p.length
             ids.extend(req.all_ids[p.start : end])
             positions.extend(range(p.start, end))
-            table[req.req_pool_idx, p.start : end] = slots[offset : offset + p.length].to(
-                torch.int32
-            )
             prompt_len = len(req.origin_input_ids)
             if req.logprob_start_len >= 0:
                 lo = max(p.start, req.logprob_start_len + len(req.input_token_logprobs) - 1)
@@ -418,15 +417,13 @@ class Scheduler:
                 p.sample_row = len(logit_rows)
                 logit_rows.append(offset + p.length - 1)
             offset += p.length
-        return ForwardBatch(
-            input_ids=torch.tensor(ids, dtype=torch.int64),
-            positions=torch.tensor(positions, dtype=torch.int64),
-            out_cache_loc=slots,
-            req_pool_indices=[p.req.req_pool_idx for p in plan],
-            extend_lens=[p.length for p in plan],
-            seq_lens=[p.start + p.length for p in plan],
-            logit_rows=torch.tensor(logit_rows, dtype=torch.int64),
+        requests = [(p.req.req_pool_idx, p.length, p.start + p.length) for p in plan]
+        batch = ForwardBatch.from_host(
+            self.runner.device, ids, positions, slots, logit_rows, requests
         )
+        table = self.req_to_token_pool.req_to_token  # each new token's slot, in one write:
+        table.index_put_((batch.token_rows(), batch.positions), slots.to(torch.int32))
+        return batch
 
     def _process(
         self, plan: list[_Planned], logits: torch.Tensor, bitmask: Future | None = None
@@ -441,7 +438,8 @@ class Scheduler:
                 )
             if p.logprob_rows:
                 k = p.req.top_logprobs_num
-                chosen, top = prompt_logprobs(logits[p.logprob_rows], p.logprob_targets, k)
+                rows, targets = to_device(logits.device, [p.logprob_rows, p.logprob_targets])
+                chosen, top = prompt_logprobs(logits[rows], targets, k)
                 p.req.input_token_logprobs.extend(zip(chosen, p.logprob_targets))
                 p.req.input_top_logprobs.extend(top if top is not None else [None] * len(chosen))
         sampling = [p for p in plan if p.sample_row is not None]
@@ -500,9 +498,9 @@ class Scheduler:
         if isinstance(bitmask, Future):
             bitmask = bitmask.result()
         elif bitmask is None:
-            bitmask = fill_grammar_bitmask([r.grammar for r in reqs], self.mask_words)
-        rows = torch.tensor([p.sample_row for p in sampling])
-        out = sample(logits[rows], reqs, self.eos_ids, bitmask)
+            grammars = [r.grammar for r in reqs]
+            bitmask = fill_grammar_bitmask(grammars, self.mask_words, pinned_if(logits.device))
+        out = sample(logits, reqs, self.eos_ids, bitmask, [p.sample_row for p in sampling])
         return [
             (
                 out.next_ids[i],

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from runtime.cache.memory_pool import ReqToTokenPool, TokenToKVPool
+from runtime.transfer import to_device
 
 
 @dataclass
@@ -27,10 +28,56 @@ class ForwardBatch:
     seq_lens: list[int]  # tokens with KV after this forward, per request
     logit_rows: torch.Tensor  # rows of the hidden states whose logits are needed
     metadata: object = field(default=None)  # set by the attention backend
+    # [3, B] on the device: req_pool_indices, extend_lens and seq_lens (see request_tensors)
+    request_lens: torch.Tensor | None = None
+
+    @classmethod
+    def from_host(
+        cls,
+        device: torch.device | str,
+        input_ids: list[int],
+        positions: list[int],
+        out_cache_loc: torch.Tensor,
+        logit_rows: list[int],
+        requests: list[tuple[int, int, int]],
+    ) -> ForwardBatch:
+        """A batch on `device` from lists built on the host, sent in one copy; `requests` holds
+        each request's (req_pool_index, extend_len, seq_len); `out_cache_loc` comes from the KV
+        pool, on the device already."""
+        rows = [r[0] for r in requests]
+        extend_lens = [r[1] for r in requests]
+        seq_lens = [r[2] for r in requests]
+        ids_t, positions_t, logit_rows_t, per_request = to_device(
+            device, [input_ids, positions, logit_rows, rows + extend_lens + seq_lens]
+        )
+        return cls(
+            input_ids=ids_t,
+            positions=positions_t,
+            out_cache_loc=out_cache_loc,
+            req_pool_indices=rows,
+            extend_lens=extend_lens,
+            seq_lens=seq_lens,
+            logit_rows=logit_rows_t,
+            request_lens=per_request.view(3, -1),
+        )
 
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.numel())
+
+    def request_tensors(self, device: torch.device | str) -> torch.Tensor:
+        """req_pool_indices, extend_lens and seq_lens as the rows of one [3, B] int64 tensor on
+        `device`; whoever builds the batch can send it with the token arrays, else it is copied
+        here on first use."""
+        if self.request_lens is None:
+            (flat,) = to_device(device, [self.req_pool_indices + self.extend_lens + self.seq_lens])
+            self.request_lens = flat.view(3, -1)
+        return self.request_lens
+
+    def token_rows(self) -> torch.Tensor:
+        """The req_to_token row of each new token, on the device."""
+        rows, extend_lens, _ = self.request_tensors(self.input_ids.device)
+        return torch.repeat_interleave(rows, extend_lens, output_size=self.num_tokens)
 
 
 class AttentionBackend(ABC):

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from runtime.model import qgemv
 from runtime.model.attention.base import AttentionBackend, ForwardBatch
+from runtime.transfer import to_device
 
 
 @dataclass
@@ -25,6 +26,7 @@ class TorchAttentionBackend(AttentionBackend):
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         table = self.req_to_token_pool.req_to_token
+        device = table.device
         decode_rows, decode_reqs, extends = [], [], []
         start = 0
         for i, (row, ext, seq) in enumerate(
@@ -38,20 +40,25 @@ class TorchAttentionBackend(AttentionBackend):
                 prefix = seq - ext
                 mask = None
                 if prefix > 0:
-                    kv_pos = torch.arange(seq)
-                    mask = kv_pos[None, :] <= (prefix + torch.arange(ext))[:, None]
+                    kv_pos = torch.arange(seq, device=device)
+                    mask = kv_pos[None, :] <= (prefix + torch.arange(ext, device=device))[:, None]
                 extends.append((start, start + ext, slots, mask))
             start += ext
         meta = _TorchMetadata(None, None, None, None, extends)
         if decode_reqs:
-            lens = torch.tensor([batch.seq_lens[i] for i in decode_reqs])
-            lmax = int(lens.max())
-            rows = torch.tensor([batch.req_pool_indices[i] for i in decode_reqs])
-            valid = torch.arange(lmax)[None, :] < lens[:, None]
-            meta.decode_rows = torch.tensor(decode_rows)
+            host_lens = [batch.seq_lens[i] for i in decode_reqs]
+            if extends:  # the decodes' rows, lengths and positions in q
+                host_rows = [batch.req_pool_indices[i] for i in decode_reqs]
+                lens, rows, meta.decode_rows = to_device(
+                    device, [host_lens, host_rows, decode_rows]
+                )
+            else:  # all decodes: the batch has them on the device already
+                rows, _, lens = batch.request_tensors(device)
+            lmax = max(host_lens)
+            valid = torch.arange(lmax, device=device)[None, :] < lens[:, None]
             meta.decode_lens = lens
             meta.decode_slots = table[rows, :lmax].long() * valid
-            if not bool(valid.all()):
+            if min(host_lens) < lmax:  # some rows are padded
                 kv_heads = self.kv_pool.k_heads[0].shape[0]
                 meta.decode_mask = (~valid).repeat(kv_heads, 1)[:, None, :]  # [KVH*B, 1, L]
         batch.metadata = meta

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from kernels.triton_ops import decode_attention_fwd, extend_attention_fwd
 from runtime.model.attention.base import AttentionBackend, ForwardBatch
@@ -39,10 +40,11 @@ class TritonAttentionBackend(AttentionBackend):
             [table[row, :n] for row, n in zip(batch.req_pool_indices, kv_lens)]
             or [torch.empty(0, dtype=torch.int32, device=device)]
         )
+        _, extend_lens, seq_lens = batch.request_tensors(device)
         batch.metadata = _TritonMetadata(
             decode_only=decode_only,
-            qo_indptr=_indptr(batch.extend_lens, device),
-            kv_indptr=_indptr(kv_lens, device),
+            qo_indptr=_indptr(extend_lens),
+            kv_indptr=_indptr(seq_lens if decode_only else seq_lens - extend_lens),
             kv_indices=kv_indices.to(torch.int32),
             max_extend_len=max(batch.extend_lens, default=0),
         )
@@ -72,7 +74,6 @@ class TritonAttentionBackend(AttentionBackend):
         return out.reshape(q.shape[0], -1)
 
 
-def _indptr(lengths: list[int], device) -> torch.Tensor:
-    out = torch.zeros(len(lengths) + 1, dtype=torch.int32)
-    out[1:] = torch.tensor(lengths, dtype=torch.int32).cumsum(0)
-    return out.to(device)
+def _indptr(lengths: torch.Tensor) -> torch.Tensor:
+    """[0, l0, l0 + l1, ...] int32: where each request's rows start, and the end."""
+    return F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
