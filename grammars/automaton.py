@@ -150,7 +150,7 @@ class NFA:
     def add_copy(self, dfa: EagerDFA, s: int, e: int) -> None:
         """`dfa` between states s and e, on states of its own (see EagerDFA.embed)."""
         n = self.size
-        k = len(dfa.trans)
+        k = dfa.n_states
         if n + k > MAX_NFA_STATES:
             raise GrammarError("grammar too large (automaton size limit reached)")
         if n >> 10 != (n + k) >> 10:

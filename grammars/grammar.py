@@ -19,7 +19,7 @@ from array import array
 
 import numpy as np
 
-from grammars import lazydfa, lazydfa_arrays, nfa_passes
+from grammars import lazydfa, lazydfa_arrays, lazydfa_chain, nfa_passes
 from grammars.automaton import NFA
 from grammars.errors import GrammarError
 from grammars.vocabulary import Vocabulary
@@ -30,7 +30,6 @@ _MAX_JUMP = 4096
 # token); past it the cache starts over
 _MASK_CACHE_BYTES = 64 << 20
 _WALK_CACHE_BYTES = 4 << 20
-_MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
 _NO_FOLLOW = np.zeros(256, np.bool_)
 _WALK_ROOM = 128
 _FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order  # states a token walk may add without growing the arrays
@@ -72,7 +71,6 @@ class Machine:
         self._rows: dict[int, array] = {}
         self._live: dict[int, array] = {}
         self._pushes: dict[int, tuple] = {}
-        self._utf8: dict[tuple[int, int, bool], bool] = {}
         rule_start = np.zeros(len(starts), np.int64)
         self._run(lazydfa.intern_starts, np.array(starts, np.int64), rule_start)
         self.rule_start = rule_start.tolist()
@@ -126,32 +124,6 @@ class Machine:
             )
         return out
 
-    def chain(self, g: int) -> tuple[int, int]:
-        """(hub, mask): the state most of g's bytes lead to and the bytes on which that state
-        most often moves on to one same state (itself in a loop, the next step in a counter);
-        (0, 0) when either takes fewer than _MIN_CHAIN_BYTES bytes."""
-        hub = _most_common_target(self.row(g), self.live(g))
-        if not hub:
-            return 0, 0
-        row = self.row(hub)
-        nxt = _most_common_target(row, self.live(hub))
-        if not nxt:
-            return 0, 0
-        mask = 0
-        for b in self.live(hub):
-            if row[b] == nxt:
-                mask |= 1 << b
-        return hub, mask
-
-    def utf8_into(self, src: int, hub: int, can_pop: bool) -> bool:
-        """Every multi-byte UTF-8 character read from state src leads to state hub
-        (lazydfa.utf8_closed)."""
-        key = (src, hub, can_pop)
-        out = self._utf8.get(key)
-        if out is None:
-            out = self._utf8[key] = self._run(lazydfa.utf8_closed, src, hub, can_pop) == 1
-        return out
-
     def walk(
         self, g: int, follow: np.ndarray | None, vocab: Vocabulary
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -163,19 +135,19 @@ class Machine:
         allowed = np.zeros(vocab.size, np.bool_)
         candidates = np.empty(vocab.size, np.int64)
         track = bool(self.has_pushes or can_pop)
-        hub, mask = self.chain(g)
-        loop = bool(hub) and self.row(hub)[mask.bit_length() - 1] == hub
-        utf8 = loop and self.utf8_into(hub, hub, can_pop)
-        utf8_from_g = utf8 and self.utf8_into(g, hub, can_pop)
-        layout = vocab.chain_layout(mask, utf8)
+        info = np.empty(4, np.int64)
+        in_chain = np.empty(256, np.bool_)
+        self._run(lazydfa_chain.chain_info, g, can_pop, info, in_chain)
+        hub, _, utf8, utf8_from_g = info.tolist()
+        layout = vocab.chain_layout(in_chain, bool(utf8))
         n_cand = self._run(
             lazydfa.walk,
             g,
             vocab.trie,
             vocab.max_len,
             hub,
-            utf8,
-            utf8_from_g,
+            bool(utf8),
+            bool(utf8_from_g),
             layout,
             can_pop,
             follow if can_pop else _NO_FOLLOW,
@@ -184,17 +156,6 @@ class Machine:
             candidates,
         )
         return allowed, candidates[:n_cand]
-
-
-def _most_common_target(row: array, live: array) -> int:
-    """The state most of `live` bytes lead to when it takes at least _MIN_CHAIN_BYTES, else 0."""
-    if len(live) < _MIN_CHAIN_BYTES:
-        return 0
-    counts: dict[int, int] = {}
-    for b in live:
-        counts[row[b]] = counts.get(row[b], 0) + 1
-    t = max(counts, key=counts.__getitem__)
-    return t if counts[t] >= _MIN_CHAIN_BYTES else 0
 
 
 class CompiledGrammar:

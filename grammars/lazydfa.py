@@ -277,6 +277,24 @@ def chain_exits(data, ptr, in_mask):
 
 
 @njit(cache=True, nogil=True)
+def subtree_ends(ptr, lcp):
+    """TokenTrie.ends: each row opens a node per byte past the prefix it shares with the row
+    before; a row sharing only L bytes closes the open nodes deeper than L."""
+    n = ptr.shape[0] - 1
+    ends = np.full(max(ptr[n], 1), n, np.int64)
+    open_at = np.empty(max(ptr[n], 1), np.int64)  # data positions of the open nodes, by depth
+    top = 0
+    for k in range(n):
+        while top > lcp[k]:
+            top -= 1
+            ends[open_at[top]] = k
+        for i in range(ptr[k] + top, ptr[k + 1]):
+            open_at[top] = i
+            top += 1
+    return ends
+
+
+@njit(cache=True, nogil=True)
 def shared_prefixes(lcp, rows):
     """For a subsequence `rows` of a trie's rows: the bytes each shares with the one before."""
     out = np.zeros(rows.shape[0], np.int64)
@@ -432,7 +450,7 @@ def walk(
     after passing, past their first byte, a state where a push could continue them, or (with
     can_pop) a final state where the next byte is one of `follow`, the bytes the frame below
     can read; returns the number of candidates, or NEED_SPACE."""
-    ids, data, ptr, lcp, group = trie
+    ids, data, ptr, lcp, group, ends_at = trie
     exits, full, exit_rows, exit_lcp, exit_group, in_chain = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     states = np.empty(depth + 1, np.int64)
@@ -466,15 +484,13 @@ def walk(
         known = 0  # states[0..known] hold the states of the prefix shared with this row
         dead_at = -1  # an earlier row sharing this row's prefix died reading byte dead_at
         dead_viable = False
-        lo, hi = (
-            (exit_group[first], exit_group[first + 1])
-            if covered
-            else (
-                group[first],
-                group[first + 1],
-            )
-        )
-        for k in range(lo, hi):
+        if covered:
+            lo, hi = exit_group[first], exit_group[first + 1]
+        else:
+            lo, hi = group[first], group[first + 1]
+        k = lo - 1
+        while k + 1 < hi:
+            k += 1
             j = exit_rows[k] if covered else k
             shared = exit_lcp[k] if covered else lcp[j]
             known = min(known, shared)
@@ -520,6 +536,8 @@ def walk(
             elif v:
                 candidates[n_cand] = ids[j]
                 n_cand += 1
+            elif not covered and i >= lcp[j]:  # skip the rows sharing the dead prefix
+                k = ends_at[base + i] - 1
     return n_cand
 
 

@@ -22,6 +22,7 @@ class TokenTrie(NamedTuple):
     ptr: np.ndarray
     lcp: np.ndarray
     group: np.ndarray
+    ends: np.ndarray
 
 
 def make_trie(ids: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> TokenTrie:
@@ -41,7 +42,8 @@ def make_trie(ids: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> TokenTr
     data = padded[valid].astype(np.uint8)  # row-major: each row's bytes in order
     firsts = padded[:, 0] if len(ids) else np.zeros(0, np.int16)
     group = np.searchsorted(firsts, np.arange(257), side="left").astype(np.int64)
-    return TokenTrie(np.asarray(ids, np.int64)[order], data, ptr, lcp, group)
+    ends = lazydfa.subtree_ends(ptr, lcp)
+    return TokenTrie(np.asarray(ids, np.int64)[order], data, ptr, lcp, group, ends)
 
 
 class ChainLayout(NamedTuple):
@@ -100,15 +102,15 @@ class Vocabulary:
         bits = np.unpackbits(np.asarray(words, "<i4").view(np.uint8), bitorder="little")
         return bits[: self.size].astype(bool)
 
-    def chain_layout(self, mask: int, utf8: bool = False) -> ChainLayout:
-        """The ChainLayout of the trie for a mask of bytes, where with utf8 well-formed
-        multi-byte characters count as staying in the mask (cached)."""
-        key = (mask, utf8)
+    def chain_layout(self, in_mask: np.ndarray, utf8: bool = False) -> ChainLayout:
+        """The ChainLayout of the trie for a set of bytes (`in_mask`, 256 booleans), where with
+        utf8 well-formed multi-byte characters count as staying in the set (cached)."""
+        key = (in_mask.tobytes(), utf8)
         hit = self._chains.get(key)
         if hit is None:
             if len(self._chains) >= _MAX_CACHED_CHAINS:
                 self._chains.clear()
-            in_mask = np.array([mask >> b & 1 for b in range(256)], np.bool_)
+            in_mask = np.array(in_mask, np.bool_)  # a copy, kept in the layout
             trie = self.trie
             exits = lazydfa.chain_exits(trie.data, trie.ptr, in_mask)
             firsts = trie.data[trie.ptr[:-1]]

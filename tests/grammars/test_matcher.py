@@ -286,3 +286,23 @@ def test_one_grammar_shared_by_threads(compiler, smollm2_tokenizer):
     reference = masks(compiler.compile_json_schema({**schema, "title": "reference"}))
     for result in results:
         assert all(np.array_equal(a, b) for a, b in zip(result, reference, strict=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=5), min_size=1, max_size=40))
+def test_trie_subtree_ends(tokens):
+    """A prefix that dies at byte i of row j kills exactly the rows up to ends[ptr[j] + i]."""
+    from grammars.vocabulary import make_trie
+
+    rows = np.zeros((len(tokens), 5), np.uint8)
+    for i, t in enumerate(tokens):
+        rows[i, : len(t)] = list(t)
+    lengths = np.array([len(t) for t in tokens], np.int64)
+    trie = make_trie(np.arange(len(tokens)), rows, lengths)
+    data = [bytes(trie.data[trie.ptr[j] : trie.ptr[j + 1]]) for j in range(len(tokens))]
+    for j, row in enumerate(data):
+        for i in range(int(trie.lcp[j]), len(row)):
+            end = j + 1
+            while end < len(data) and data[end][: i + 1] == row[: i + 1]:
+                end += 1
+            assert trie.ends[trie.ptr[j] + i] == end

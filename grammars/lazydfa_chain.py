@@ -1,0 +1,74 @@
+"""The chain a token walk may jump along (see lazydfa.walk), found by one compiled call: the
+state most of a frame's first bytes lead to (the hub), the bytes on which the hub moves on to
+one same state, whether that is a loop, and whether multi-byte UTF-8 characters stay in it."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from grammars.lazydfa import NEED_SPACE, materialize, utf8_closed
+
+MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
+HUB, LOOP, UTF8, UTF8_FROM_G = range(4)  # the slots of chain_info's `out`
+
+
+@njit(cache=True, nogil=True)
+def _most_common_target(table, s):
+    """The state most bytes of s lead to (the first such by byte order on a tie), when that
+    takes at least MIN_CHAIN_BYTES bytes; else 0."""
+    row = table[s]
+    targets = np.sort(row[row != 0])
+    if targets.shape[0] < MIN_CHAIN_BYTES:
+        return 0
+    best, best_n, run = 0, 0, 0
+    for i in range(targets.shape[0]):
+        run = run + 1 if i and targets[i] == targets[i - 1] else 1
+        if i + 1 == targets.shape[0] or targets[i + 1] != targets[i]:
+            t = targets[i]
+            if run > best_n or (run == best_n and _first_byte(row, t) < _first_byte(row, best)):
+                best, best_n = t, run
+    return best if best_n >= MIN_CHAIN_BYTES else 0
+
+
+@njit(cache=True, nogil=True)
+def _first_byte(row, t):
+    for b in range(256):
+        if row[b] == t:
+            return b
+    return 256
+
+
+@njit(cache=True, nogil=True)
+def chain_info(nfa, dfa, g, can_pop, out, in_chain):
+    """Fill out[HUB, LOOP, UTF8, UTF8_FROM_G] and in_chain (the bytes on which the hub moves
+    on to one same state; all False without a hub) for frame state g; 0, or NEED_SPACE."""
+    out[:] = 0
+    in_chain[:] = False
+    table = dfa.table
+    if not dfa.done[g] and materialize(nfa, dfa, g) < 0:
+        return NEED_SPACE
+    hub = _most_common_target(table, g)
+    if not hub:
+        return 0
+    if not dfa.done[hub] and materialize(nfa, dfa, hub) < 0:
+        return NEED_SPACE
+    nxt = _most_common_target(table, hub)
+    if not nxt:
+        return 0
+    for b in range(256):
+        in_chain[b] = table[hub, b] == nxt
+    out[HUB] = hub
+    if nxt != hub:
+        return 0
+    out[LOOP] = 1
+    closed = utf8_closed(nfa, dfa, hub, hub, can_pop)
+    if closed < 0:
+        return NEED_SPACE
+    out[UTF8] = closed
+    if closed:
+        closed = utf8_closed(nfa, dfa, g, hub, can_pop)
+        if closed < 0:
+            return NEED_SPACE
+        out[UTF8_FROM_G] = closed
+    return 0
