@@ -31,6 +31,7 @@ _MAX_JUMP = 4096
 _MASK_CACHE_BYTES = 64 << 20
 _WALK_CACHE_BYTES = 4 << 20
 _NO_FOLLOW = np.zeros(256, np.bool_)
+_scratch = threading.local()  # a buffer per thread for the candidates of token walks
 _WALK_ROOM = 128
 _FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order  # states a token walk may add without growing the arrays
 
@@ -133,7 +134,9 @@ class Machine:
         if not lazydfa_arrays.has_room(self.dfa, _WALK_ROOM):  # grow now rather than walk twice
             self.dfa = lazydfa_arrays.grown(self.dfa, _WALK_ROOM)
         allowed = np.zeros(vocab.size, np.bool_)
-        candidates = np.empty(vocab.size, np.int64)
+        candidates = getattr(_scratch, "candidates", None)
+        if candidates is None or len(candidates) < vocab.size:
+            candidates = _scratch.candidates = np.empty(vocab.size, np.int64)
         track = bool(self.has_pushes or can_pop)
         info = np.empty(4, np.int64)
         in_chain = np.empty(256, np.bool_)
@@ -155,7 +158,7 @@ class Machine:
             allowed,
             candidates,
         )
-        return allowed, candidates[:n_cand]
+        return allowed, candidates[:n_cand].copy()
 
 
 class CompiledGrammar:
@@ -260,9 +263,10 @@ class CompiledGrammar:
         return out
 
     def walk(self, ss: int, data: bytes) -> int:
-        step = self.step
+        steps = self._steps
         for b in data:
-            ss = step(ss, b)
+            nxt = steps.get(ss << 8 | b)  # step(), without the call when known
+            ss = self.step(ss, b) if nxt is None else nxt
             if not ss:
                 return 0
         return ss
@@ -438,8 +442,11 @@ class GrammarMatcher:
                 return
             target = bitmask.numpy()
         row = target[index] if target.ndim == 2 else target
-        row[: len(words)] = words
-        row[len(words) :] = 0
+        if row.shape[0] == words.shape[0]:
+            np.copyto(row, words)
+        else:
+            row[: len(words)] = words
+            row[len(words) :] = 0
 
     def next_token_mask(self) -> np.ndarray:
         """The allowed token ids as a boolean array over the vocabulary."""

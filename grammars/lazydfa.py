@@ -72,7 +72,15 @@ def _closure(nfa, seeds, n_seeds):
                 mark[y] = meta_gen
                 stack[top] = y
                 top += 1
-    out[:k] = np.sort(out[:k])
+    if k > 16:
+        out[:k] = np.sort(out[:k])
+    else:  # few members: sorted in place
+        for i in range(1, k):
+            x, j = out[i], i - 1
+            while j >= 0 and out[j] > x:
+                out[j + 1] = out[j]
+                j -= 1
+            out[j + 1] = x
     return k
 
 
@@ -209,6 +217,15 @@ def materialize(nfa, dfa, g):
         hashes = np.empty(256, np.int64)
         n_cls = 0
         for b in range(256):
+            if b and cls[b - 1] >= 0:  # bytes in runs: most often in the class of the last
+                same = True
+                for w in range(words):
+                    if sig[b, w] != sig[b - 1, w]:
+                        same = False
+                        break
+                if same:
+                    cls[b] = cls[b - 1]
+                    continue
             h = np.int64(0)
             for w in range(words):
                 h = (h ^ np.int64(sig[b, w])) * np.int64(1099511628211)

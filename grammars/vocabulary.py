@@ -94,6 +94,8 @@ class Vocabulary:
     def pack(self, allowed: np.ndarray) -> np.ndarray:
         """Boolean array over the vocabulary -> int32 words (bit i of word w = token 32w+i)."""
         packed = np.packbits(allowed, bitorder="little")
+        if len(packed) == self.words * 4:
+            return packed.view("<i4")
         out = np.zeros(self.words * 4, np.uint8)
         out[: len(packed)] = packed
         return out.view("<i4").copy()
