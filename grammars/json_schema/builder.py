@@ -46,6 +46,7 @@ from grammars.json_schema.strings import _string_literal, string_node
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
+_MAX_EXCLUSIVE = 8  # overlapping oneOf branches made exclusive by DFA differences
 MAX_NESTING = 200  # schemas (subschemas, $refs) nested in one another
 # formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
 _RESTRICTED_FORMATS = ("hostname", "email", "uri", "uri-reference", "time", "date-time")
@@ -297,7 +298,12 @@ class _Builder(_ContainerNodes):
                         nodes[i] if i in nodes else self.value(subs[i], f"{path}/{key}/{i}")
                         for i in undecided
                     ]
-                _check_exclusive(exact, path)
+                complete = all(_text_complete(resolved[i]) for i in undecided)
+                only = _exclusive(exact, path, complete)
+                if only is not None:  # the texts of exactly one of the overlapping branches
+                    for i, dfa in zip(undecided, only):
+                        nodes[i] = ("dfa", dfa)
+                    constant = [i for i in constant if i not in undecided]
             except GrammarError:
                 narrowed = proofs.separated_branches(resolved)
                 if narrowed is None:
@@ -452,15 +458,53 @@ class _Builder(_ContainerNodes):
         raise GrammarError(f"type: unknown type {t!r} at {path}")
 
 
-def _check_exclusive(nodes, path: str) -> None:
-    """oneOf is enforced as anyOf, which is exact only when no value matches two branches."""
+def _exclusive(nodes, path: str, complete: bool) -> list | None:
+    """oneOf is enforced as anyOf, which is exact only when no value matches two branches:
+    None when no text matches two of `nodes`. Otherwise each node's DFA minus the others' that
+    it meets, which the exact nodes make sound: every text they accept has a value matching
+    their branch, and they accept every canonical text (negation.canonical_texts: one spelling
+    per value) of the values it matches, so a canonical text left in a branch's difference
+    matches no other branch. Unless `complete` (the nodes accept every spelling:
+    _text_complete), each branch is first limited to canonical texts, a sound restriction."""
     from grammars.automaton import EagerDFA
 
     for n in nodes:
         if _has_rules(n) or node_size(n, 2000, True) > 2000:
             raise GrammarError(f"oneOf: branches that may overlap are not supported ({path})")
     dfas = [EagerDFA.from_node(n) for n in nodes]
-    for i in range(len(dfas)):
-        for j in range(i + 1, len(dfas)):
-            if not dfas[i].product(dfas[j], "and").is_empty():
-                raise GrammarError(f"oneOf: branches {i} and {j} overlap ({path})")
+    meets = [
+        (i, j)
+        for i in range(len(dfas))
+        for j in range(i + 1, len(dfas))
+        if not dfas[i].product(dfas[j], "and").is_empty()
+    ]
+    if not meets:
+        return None
+    if len(dfas) > _MAX_EXCLUSIVE:
+        i, j = meets[0]
+        raise GrammarError(f"oneOf: branches {i} and {j} overlap ({path})")
+    canonical = None if complete else canonical_texts()[1]
+    only = []
+    for i, dfa in enumerate(dfas):
+        if canonical is not None:
+            dfa = dfa.product(canonical, "and")
+        for j, other in enumerate(dfas):
+            if (min(i, j), max(i, j)) in meets:
+                dfa = dfa.product(other, "diff")
+        only.append(dfa)
+    return only
+
+
+_COMPLETE_KEYWORDS = frozenset({"type", "pattern", "minLength", "maxLength"})
+
+
+def _text_complete(schema) -> bool:
+    """The schema's node accepts every JSON text of every value it matches. Strings are
+    written with or without escapes and counted by characters either way; integers (1.0,
+    1e2), bounded numbers (exponents), constants (escaped letters), formats and object keys
+    (escaped names) are not: only strings limited by type, pattern and lengths, booleans and
+    null pass."""
+    if not isinstance(schema, dict) or not set(schema) - _ANNOTATIONS <= _COMPLETE_KEYWORDS:
+        return False
+    types = _types_of(schema)
+    return types is not None and set(types) <= {"string", "boolean", "null"}

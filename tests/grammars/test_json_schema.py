@@ -345,7 +345,7 @@ def test_strict_mode_forbids_unnamed_properties(compiler, checker):
         ({"type": "array", "uniqueItems": True}, "uniqueItems"),
         ({"type": "object", "if": {"not": {"minLength": 2}}, "then": {}}, "not"),
         ({"type": "object", "propertyNames": {"$ref": "#/x"}}, "$ref"),
-        ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf"),
+        ({"oneOf": [{"type": "object", "required": ["a"]}, {"required": ["a", "b"]}]}, "oneOf"),
         ({"type": "string", "pattern": "(a)\\1"}, "pattern"),
         ({"$ref": "http://example.com/schema"}, "$ref"),
         ({"type": "wat"}, "type"),

@@ -74,8 +74,6 @@ def test_one_of(checker, feature, schema, valid, invalid):
 @pytest.mark.parametrize(
     "schema",
     [
-        {"oneOf": [{"type": "integer"}, {"type": "number"}]},  # integers match both
-        {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]},
         # the second branch's objects all match the first: no key tells them apart
         {
             "oneOf": [
@@ -108,3 +106,61 @@ def test_separated_branches_never_accept_a_value_of_two(compiler, checker):
             )
             if checker.accepts(grammar, json.dumps(doc)):
                 assert matches == 1, doc
+
+
+def test_overlapping_string_branches_are_made_exclusive(compiler, checker):
+    """Branches that may share strings (patterns, lengths) are each reduced to the texts no
+    other branch accepts; texts with escapes count by their value."""
+    import itertools
+    import re
+
+    branches = [
+        {"type": "string", "maxLength": 3},
+        {"type": "string", "pattern": "^a+$"},
+        {"type": "string", "pattern": "b"},
+    ]
+    grammar = compiler.compile_json_schema({"oneOf": branches})
+
+    def matches(value: str) -> int:
+        return (len(value) <= 3) + bool(re.search("^a+$", value)) + bool(re.search("b", value))
+
+    for n in range(6):
+        for chars in itertools.product("abc", repeat=n):
+            value = "".join(chars)
+            for text in (json.dumps(value), json.dumps(value).replace("a", "\\u0061")):
+                assert checker.accepts(grammar, text) == (matches(value) == 1), text
+
+
+@pytest.mark.parametrize(
+    "branches,values",
+    [
+        ([{"type": "integer"}, {"type": "number"}], [0, 1, -3, 1.5, -0.25, 100, 2.5]),
+        (
+            [
+                {"type": "number", "maximum": 2},
+                {"type": "number", "maximum": 5},
+                {"type": "integer", "minimum": 4},
+            ],
+            [1, 2, 2.5, 3, 4, 4.5, 5, 7],
+        ),
+        ([{"enum": ["a", "b", 3]}, {"enum": ["b", "c", 3.0]}], ["a", "b", "c", 3, 4]),
+        ([{"const": "x"}, {"type": "string", "maxLength": 1}], ["x", "y", "", "xy"]),
+    ],
+)
+def test_overlapping_branches_are_made_exclusive_on_canonical_texts(
+    compiler, checker, branches, values
+):
+    """Branches whose values may have several spellings (integers as 1.0 or 1e2, escaped
+    letters in constants) are made exclusive on canonical texts (one spelling per value): a
+    value written so is accepted exactly when it matches one branch, and other spellings of a
+    value matching two branches are never accepted."""
+    import jsonschema
+
+    grammar = compiler.compile_json_schema({"oneOf": branches})
+    for value in values:
+        count = sum(jsonschema.Draft202012Validator(b).is_valid(value) for b in branches)
+        assert checker.accepts(grammar, json.dumps(value)) == (count == 1), value
+        if count > 1 and isinstance(value, (int, float)):
+            for text in (f"{value}.0", f"{value}e0", f"{value}0" if "." in str(value) else ""):
+                if text:
+                    assert not checker.accepts(grammar, text), text
