@@ -49,7 +49,10 @@ _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes
 _MAX_EXCLUSIVE = 8  # overlapping oneOf branches made exclusive by DFA differences
 MAX_NESTING = 200  # schemas (subschemas, $refs) nested in one another
 # formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
-_RESTRICTED_FORMATS = ("hostname", "email", "uri", "uri-reference", "time", "date-time")
+_RESTRICTED_FORMATS = (
+    *("hostname", "email", "uri", "uri-reference", "time", "date-time"),
+    *("iri", "iri-reference", "idn-email"),
+)
 
 
 def schema_to_rules(

@@ -75,6 +75,13 @@ def _uri_formats() -> dict[str, str]:
     return {"uri": uri, "uri-reference": f"{uri}|{relative_ref}"}
 
 
+# RFC 3339 appendix A: P, then a date part (days, months and days, or years, months and days,
+# each from the largest unit given) with an optional time part, a time part alone, or weeks
+_DUR_TIME = r"T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S)"
+_DURATION = (
+    rf"P(([0-9]+D|[0-9]+M([0-9]+D)?|[0-9]+Y([0-9]+M([0-9]+D)?)?)({_DUR_TIME})?|{_DUR_TIME}|[0-9]+W)"
+)
+
 # Every format is matched with its characters spelled as themselves (none of them needs an
 # escape in JSON; refusing the \uXXXX spellings keeps the automata small), except json-pointer,
 # whose reference tokens may hold any character.
@@ -86,19 +93,20 @@ _FORMATS = {
     "ipv4": _IPV4,
     "ipv6": _IPV6,
     "json-pointer": r"(/([^~/]|~[01])*)*",
+    "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)",
+    "duration": _DURATION,
     **_uri_formats(),
 }
+_JSON_MODE_FORMATS = ("json-pointer", "relative-json-pointer")  # any character, escapes too
+# formats whose values include another format's: matched as that one, a sound restriction
+# (an IRI or an internationalised address outside ASCII is refused)
+_SUBSET_FORMATS = {"iri": "uri", "iri-reference": "uri-reference", "idn-email": "email"}
 _DOMAIN_FORMATS = ("hostname", "email")  # counter automata, built by _domain_dfa
 # standard formats a validator may check that are not enforced here: they raise GrammarError
 _UNENFORCED_FORMATS = {
     "regex",
     "uri-template",
-    "idn-email",
     "idn-hostname",
-    "iri",
-    "iri-reference",
-    "relative-json-pointer",
-    "duration",
 }
 
 
@@ -302,7 +310,7 @@ def _format_dfa(fmt: str):
 
     if fmt in _DOMAIN_FORMATS:
         return compact(_domain_dfa(fmt))
-    node = regex_to_node(_FORMATS[fmt], json_mode=fmt == "json-pointer")
+    node = regex_to_node(_FORMATS[fmt], json_mode=fmt in _JSON_MODE_FORMATS)
     return compact(EagerDFA.from_node(node))
 
 
@@ -393,6 +401,7 @@ def string_node(schema: dict, path: str = "#", rules: dict | None = None) -> tup
     fmt = schema.get("format")
     if isinstance(fmt, str) and fmt in _UNENFORCED_FORMATS:
         raise GrammarError(f"format: {fmt!r} is not supported ({path})")
+    fmt = _SUBSET_FORMATS.get(fmt, fmt) if isinstance(fmt, str) else fmt
     if not isinstance(fmt, str) or (fmt not in _FORMATS and fmt not in _DOMAIN_FORMATS):
         fmt = None  # an unknown format is an annotation
     if not patterns and fmt is None:

@@ -1,7 +1,8 @@
 """String formats accept only real values: calendar dates (days per month, 29 February in leap
 years only), times (leap seconds only at 23:59:60 UTC), IPv4 octets, RFC 4291 IPv6 addresses,
 RFC 1123 hostnames and RFC 5321 mailboxes (of at most 63 characters), RFC 3986 URIs (without
-IP-literal hosts), UUIDs and RFC 6901 JSON pointers; formats that cannot be enforced raise GrammarError. Values marked
+IP-literal hosts), UUIDs, RFC 6901 JSON pointers, relative JSON pointers, RFC 3339 durations, IRIs and IDN
+mailboxes as their ASCII subsets; formats that cannot be enforced raise GrammarError. Values marked
 "was accepted" are regressions: grammars before this file's format checks accepted them."""
 
 import datetime
@@ -292,18 +293,56 @@ def test_json_pointer(compiler, value, valid):
 
 
 @pytest.mark.parametrize(
-    "fmt",
+    "value, valid",
     [
-        "duration",
-        "idn-email",
-        "idn-hostname",
-        "iri",
-        "iri-reference",
-        "relative-json-pointer",
-        "uri-template",
-        "regex",
+        ("P1W", True),
+        ("PT1H", True),
+        ("P1Y2M3DT4H5M6S", True),
+        ("P0D", True),
+        ("PT36H", True),
+        ("P1M2D", True),
+        ("PT1M30S", True),
+        ("P", False),
+        ("PT", False),
+        ("P1DT", False),
+        ("PT1.5S", False),  # no fractions in RFC 3339's ABNF
+        ("P1Y1W", False),  # weeks stand alone
+        ("P1H", False),  # hours only after T
+        ("PT1H1S", False),  # from the largest unit given, without gaps
+        ("P1M1Y", False),
+        ("1D", False),
     ],
 )
+def test_duration(compiler, value, valid):
+    assert _accepts(_format(compiler, "duration"), value) == valid
+
+
+@pytest.mark.parametrize(
+    "value, valid",
+    [("0", True), ("1/a", True), ("0#", True), ("12/~0/b c", True), ("3/", True)]
+    + [("01", False), ("#", False), ("1#/a", False), ("2/~2", False), ("-1", False)],
+)
+def test_relative_json_pointer(compiler, value, valid):
+    assert _accepts(_format(compiler, "relative-json-pointer"), value) == valid
+
+
+@pytest.mark.parametrize(
+    "fmt, valid, invalid",
+    [
+        ("iri", ["http://a.b/c?d#e", "urn:x:y"], ["http://é.com/", "a b", "/relative"]),
+        ("iri-reference", ["/relative", "http://a/b"], ["a b", "http://é.com/"]),
+        ("idn-email", ["a@b.c"], ["ü@b.c", "no"]),
+    ],
+)
+def test_unicode_formats_match_their_ascii_subset(compiler, fmt, valid, invalid):
+    """IRIs and internationalised addresses are matched as URIs and RFC 5321 mailboxes: a
+    sound restriction (non-ASCII values, valid for these formats, are refused)."""
+    grammar = _format(compiler, fmt)
+    assert all(_accepts(grammar, v) for v in valid)
+    assert not any(_accepts(grammar, v) for v in invalid)
+
+
+@pytest.mark.parametrize("fmt", ["idn-hostname", "uri-template", "regex"])
 def test_formats_that_cannot_be_enforced_raise(compiler, fmt):
     with pytest.raises(GrammarError, match=fmt):
         _format(compiler, fmt)
