@@ -46,6 +46,16 @@ from grammars.json_schema.strings import _string_literal, string_node
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
+# numbers whose canonical spelling (negation.canonical_texts) has a fraction: the values that
+# are not integers, each in that one spelling (a sound restriction: 1.50 and 15e-1 refused)
+_DIGITS = byte_set((0x30, 0x39))
+_FRACTIONAL = cat(
+    opt(lit("-")),
+    alt(lit("0"), cat(("b", byte_set((0x31, 0x39))), rep(("b", _DIGITS)))),
+    lit("."),
+    rep(("b", _DIGITS)),
+    ("b", byte_set((0x31, 0x39))),
+)
 _MAX_EXCLUSIVE = 8  # overlapping oneOf branches made exclusive by DFA differences
 MAX_NESTING = 200  # schemas (subschemas, $refs) nested in one another
 # formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
@@ -350,10 +360,17 @@ class _Builder(_ContainerNodes):
                 excluded = excluded + ["integer"]
             types = _types_of(base) or ["null", "boolean", "object", "array", "string", "number"]
             kept = [t for t in types if t not in excluded]
-            if "number" in types and "integer" in excluded and "number" not in excluded:
-                raise GrammarError(f"not: excluding integers from numbers ({path})")
             if not kept:
                 return NOTHING
+            if "number" in kept and "integer" in excluded:  # numbers with a fraction
+                rest = [t for t in kept if t != "number"]
+                numbers = self.value({**base, "type": "number"}, path)
+                if _has_rules(numbers):
+                    raise GrammarError(f"not: excluding integers from numbers ({path})")
+                fractions = intersect(numbers, _FRACTIONAL)
+                return (
+                    alt(fractions, self.value({**base, "type": rest}, path)) if rest else fractions
+                )
             return self.value({**base, "type": kept}, path)
         rewritten = complement(negated)
         if rewritten is None and isinstance(negated, dict) and base.get("type") is not None:

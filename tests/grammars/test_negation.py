@@ -67,6 +67,12 @@ CASES = [
         ["a", ""],
     ),
     ("if alone asserts nothing", {"type": "integer", "if": {"minimum": 3}}, [1, 5], ["x"]),
+    (
+        "numbers that are not integers, in their canonical spelling",
+        {"type": ["number", "string"], "minimum": 1, "maximum": 3, "not": {"type": "integer"}},
+        [1.5, 2.25, 1.001, "x"],
+        [1, 2, 3, 0.5, 3.5, None],
+    ),
 ]
 
 
@@ -106,3 +112,10 @@ def test_restricted_formats_are_never_the_excluded_side(compiler):
         compiler.compile_json_schema({"type": "string", **long_or_host})
     with pytest.raises(GrammarError, match="not"):
         compiler.compile_json_schema({"type": "string", "not": {"format": "hostname"}})
+
+
+def test_non_integers_have_one_spelling(compiler, checker):
+    grammar = compiler.compile_json_schema({"type": "number", "not": {"type": "integer"}})
+    assert checker.accepts(grammar, "-0.25") and checker.accepts(grammar, "10.5")
+    for text in ["1", "1.0", "1.50", "15e-1", "1e2", "-0", "0.0"]:
+        assert not checker.accepts(grammar, text), text
