@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 test: install
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" --durations=15 tests
 
 test-all: install
 	$(PY) -m pytest -q tests
