@@ -17,6 +17,7 @@ LAYERS = [
     [
         "runtime.model.config",
         "runtime.model.gguf_convert",
+        "runtime.model.gguf_index",
         "runtime.model.loader",
         "runtime.sampling.params",
         "runtime.cache.memory_pool",

@@ -124,9 +124,9 @@ def unpermute_rotary(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 def gguf_matrix_types(gguf_path: str) -> list[str]:
     """The tensor type of every matrix in the decoder layers of a GGUF file (Q4_1, F16, ...)."""
-    from gguf import GGUFReader
+    from runtime.model.gguf_index import GGUFIndex
 
-    reader = GGUFReader(gguf_path)
+    reader = GGUFIndex(gguf_path)
     return [
         t.tensor_type.name
         for t in reader.tensors
@@ -136,12 +136,11 @@ def gguf_matrix_types(gguf_path: str) -> list[str]:
 
 def open_gguf(gguf_path: str):
     """(reader, Hugging Face config, architecture) of a GGUF file, for iter_gguf_weights."""
-    from gguf import GGUFReader
+    from runtime.model.gguf_index import GGUFIndex
 
-    reader = GGUFReader(gguf_path)
-    fields = {name: _field_value(f) for name, f in reader.fields.items()}
-    arch = fields["general.architecture"]
-    return reader, _hf_config(fields, arch, has_output=True), arch
+    reader = GGUFIndex(gguf_path)  # the tensors and scalar metadata, without the vocabulary
+    arch = reader.fields["general.architecture"]
+    return reader, _hf_config(reader.fields, arch, has_output=True), arch
 
 
 @dataclass

@@ -92,3 +92,27 @@ def test_bad_model_paths(tmp_path):
         resolve_model_path(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     assert resolve_model_path(str(tmp_path)) == str(tmp_path)
+
+
+def test_gguf_index_reads_what_gguf_reader_reads(gguf_path):
+    """GGUFIndex (tensors and scalar metadata, arrays by length) agrees with gguf's reader."""
+    import numpy as np
+    from gguf import GGUFReader
+
+    from runtime.model.gguf_index import GGUFIndex
+
+    index, reader = GGUFIndex(gguf_path), GGUFReader(gguf_path)
+    assert [t.name for t in index.tensors] == [t.name for t in reader.tensors]
+    for ours, theirs in zip(index.tensors, reader.tensors):
+        assert list(ours.shape) == [int(d) for d in theirs.shape]
+        assert ours.tensor_type == theirs.tensor_type
+        assert ours.data.dtype == theirs.data.dtype and ours.data.shape == theirs.data.shape
+        assert np.array_equal(ours.data[:4], theirs.data[:4])
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF."):  # the header, not metadata
+            continue
+        value = field.contents()
+        if isinstance(value, list):
+            assert len(index.fields[name]) == len(value), name
+        else:
+            assert index.fields[name] == pytest.approx(value), name
