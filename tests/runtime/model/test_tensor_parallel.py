@@ -122,7 +122,7 @@ def tiny_models(tmp_path_factory, smollm2_folder) -> dict:
     return out
 
 
-@pytest.mark.parametrize("kv_heads", [pytest.param(4, marks=pytest.mark.slow), 1])
+@pytest.mark.parametrize("kv_heads", [4, 1])
 def test_tp2_equals_tp1_on_a_tiny_model(tiny_models, kv_heads):
     kw = {"chunked_prefill_size": 32}  # the shared prefix prefills in several chunks
     _assert_same(_run(tiny_models[kv_heads], 1, **kw), _run(tiny_models[kv_heads], 2, **kw))

@@ -44,10 +44,7 @@ def reference():
     return ids
 
 
-SLOW = pytest.mark.slow  # kept out of `make test` for time (the suite's 20-minute budget)
-
-
-@pytest.mark.parametrize("chunk", [16, *(pytest.param(c, marks=SLOW) for c in (64, -1))])
+@pytest.mark.parametrize("chunk", [16, 64, -1])
 def test_same_outputs_with_cache_and_chunk_sizes(reference, chunk):
     ids, stats, outs = run(chunked_prefill_size=chunk, max_total_tokens=8192)
     assert ids == reference
@@ -55,9 +52,12 @@ def test_same_outputs_with_cache_and_chunk_sizes(reference, chunk):
     assert outs[1]["meta_info"]["cached_tokens"] > 0
 
 
+SLOW = pytest.mark.slow  # kept out of `make test` for time (the suite's 20-minute budget)
+
+
 @pytest.mark.parametrize(
     "policy",
-    ["lpm", *(pytest.param(p, marks=SLOW) for p in ("fcfs", "dfs-weight", "lof", "random"))],
+    ["lpm", "fcfs", *(pytest.param(p, marks=SLOW) for p in ("dfs-weight", "lof", "random"))],
 )
 def test_same_outputs_with_each_policy(reference, policy):
     ids, _, _ = run(schedule_policy=policy, chunked_prefill_size=64, max_total_tokens=8192)

@@ -369,9 +369,6 @@ def test_flush_cache_and_health_generate(server):
     assert s["tree_tokens"] == 0 and s["kv_free"] == s["kv_pool_size"]
 
 
-# its own server for one option; tests/lang/test_runtime_lifecycle.py checks the same 401s and
-# the accepted key on a keyed server: kept out of `make test` for the suite's time budget
-@pytest.mark.slow
 def test_api_key():
     s = ServerProcess(
         "--model-path", "smollm2", "--max-total-tokens", "2048", "--api-key", "sekret"
