@@ -3,6 +3,7 @@ not, enum, const)."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from urllib.parse import unquote
 
@@ -485,7 +486,9 @@ def _exclusive(nodes, path: str, complete: bool) -> list | None:
     their branch, and they accept every canonical text (negation.canonical_texts: one spelling
     per value) of the values it matches, so a canonical text left in a branch's difference
     matches no other branch. Unless `complete` (the nodes accept every spelling:
-    _text_complete), each branch is first limited to canonical texts, a sound restriction."""
+    _text_complete), each branch is first limited to canonical texts, a sound restriction;
+    when complete, to texts without surrogate-pair escapes (patterns read an astral character
+    only as itself), also a sound restriction."""
     from grammars.automaton import EagerDFA
 
     for n in nodes:
@@ -503,7 +506,7 @@ def _exclusive(nodes, path: str, complete: bool) -> list | None:
     if len(dfas) > _MAX_EXCLUSIVE:
         i, j = meets[0]
         raise GrammarError(f"oneOf: branches {i} and {j} overlap ({path})")
-    canonical = None if complete else canonical_texts()[1]
+    canonical = _without_surrogate_escapes() if complete else canonical_texts()[1]
     only = []
     for i, dfa in enumerate(dfas):
         if canonical is not None:
@@ -513,6 +516,27 @@ def _exclusive(nodes, path: str, complete: bool) -> list | None:
                 dfa = dfa.product(other, "diff")
         only.append(dfa)
     return only
+
+
+@functools.lru_cache(maxsize=1)
+def _without_surrogate_escapes():
+    """The JSON texts of strings, booleans and null without a \\uD800-\\uDFFF escape."""
+    from grammars.automaton import EagerDFA
+
+    hexdigit = ("b", byte_set((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)))
+    plain = ("b", byte_set((0, 255)) & ~byte_set(0x22, 0x5C))
+    short = cat(lit("\\"), ("b", byte_set(*map(ord, '"\\/bfnrt'))))
+    bmp = alt(
+        cat(
+            ("b", byte_set((0x30, 0x39), (0x41, 0x43), (0x61, 0x63), 0x45, 0x46, 0x65, 0x66)),
+            hexdigit,
+            hexdigit,
+            hexdigit,
+        ),
+        cat(("b", byte_set(0x44, 0x64)), ("b", byte_set((0x30, 0x37))), hexdigit, hexdigit),
+    )
+    string = cat(lit('"'), rep(alt(plain, short, cat(lit("\\u"), bmp))), lit('"'))
+    return EagerDFA.from_node(alt(string, lit("true"), lit("false"), lit("null")))
 
 
 _COMPLETE_KEYWORDS = frozenset({"type", "pattern", "minLength", "maxLength"})

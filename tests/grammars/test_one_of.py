@@ -164,3 +164,15 @@ def test_overlapping_branches_are_made_exclusive_on_canonical_texts(
             for text in (f"{value}.0", f"{value}e0", f"{value}0" if "." in str(value) else ""):
                 if text:
                     assert not checker.accepts(grammar, text), text
+
+
+def test_astral_characters_in_exclusive_string_branches(compiler, checker):
+    """Patterns read an astral character only as itself, so its surrogate-pair escapes are
+    left out of exclusive branches: no spelling of a value matching both gets through."""
+    grammar = compiler.compile_json_schema(
+        {"oneOf": [{"type": "string", "maxLength": 1}, {"type": "string", "pattern": "^😀+$"}]}
+    )
+    for text in ['"😀"', '"\\ud83d\\ude00"', '"\\uD83D\\uDE00"', '"ab"']:
+        assert not checker.accepts(grammar, text), text
+    for text in ['"x"', '"\\u0078"', '"😀😀"', '""']:
+        assert checker.accepts(grammar, text), text
