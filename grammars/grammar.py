@@ -32,8 +32,8 @@ _MASK_CACHE_BYTES = 64 << 20
 _WALK_CACHE_BYTES = 4 << 20
 _NO_FOLLOW = np.zeros(256, np.bool_)
 _scratch = threading.local()  # a buffer per thread for the candidates of token walks
-_WALK_ROOM = 128
-_FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order  # states a token walk may add without growing the arrays
+_WALK_ROOM = 128  # states a token walk may add without growing the arrays
+_FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order
 
 
 class Machine:
