@@ -39,13 +39,15 @@ def _alarm(*_):
     raise Timeout()
 
 
-def timed_steps(ids, times, step) -> bool:
+def timed_steps(ids, times, step, check=None) -> bool:
     """Time `step(token)` (fill the mask, commit the token) for each token; False at the first
-    token refused."""
+    token refused. `check(token, accepted)`, run after the clock stops, verifies the step."""
     for t in ids:
         s = time.perf_counter()
         ok = step(t)
         times.append(time.perf_counter() - s)
+        if check is not None:
+            check(t, ok)
         if not ok:
             return False
     return True
@@ -72,12 +74,13 @@ class Radixgen:
 
         def step(t):
             m.fill_next_token_bitmask(bm)
-            ok = m.accept_token(t)
+            return m.accept_token(t)
+
+        def check(t, ok):
             if ok != bool(bm[t >> 5] >> (t & 31) & 1):
                 raise AssertionError(f"mask and accept_token disagree on token {t}")
-            return ok
 
-        return timed_steps(ids, times, step) and m.accept_token(self.eos)
+        return timed_steps(ids, times, step, check) and m.accept_token(self.eos)
 
 
 class RadixgenAnyOrder(Radixgen):

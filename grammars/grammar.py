@@ -30,6 +30,7 @@ _MAX_JUMP = 4096
 # token); past it the cache starts over
 _MASK_CACHE_BYTES = 64 << 20
 _WALK_CACHE_BYTES = 4 << 20
+_TOKEN_STEP_CAP = 1 << 20  # memoised (state, token) steps a grammar keeps before starting over
 _NO_FOLLOW = np.zeros(256, np.bool_)
 _scratch = threading.local()  # a buffer per thread for the candidates of token walks
 _WALK_ROOM = 128  # states a token walk may add without growing the arrays
@@ -178,6 +179,8 @@ class CompiledGrammar:
         self._steps: dict[int, int] = {}
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
+        # (state, token id) -> the state after it, for ordinary tokens already read once
+        self._token_steps: dict[tuple[int, int], int] = {}
         self._walks: dict[tuple[int, bytes | None], tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.RLock()
         self._mask_cap = max(256, _MASK_CACHE_BYTES // (4 * vocab.words))
@@ -364,6 +367,11 @@ class CompiledGrammar:
             hit = self._walks[key] = self.machine.walk(g, follow, self.vocab)
         return hit
 
+    def remember_token(self, ss: int, token_id: int, nxt: int) -> None:
+        if len(self._token_steps) >= _TOKEN_STEP_CAP:
+            self._token_steps.clear()
+        self._token_steps[ss, token_id] = nxt
+
     def jump_forward_bytes(self, ss: int) -> bytes:
         out = bytearray()
         while len(out) < _MAX_JUMP and ss:
@@ -403,6 +411,11 @@ class GrammarMatcher:
         g = self.grammar
         if self._terminated:
             return False
+        hist = self._history
+        nxt = g._token_steps.get((hist[-1], token_id))  # a token read here before
+        if nxt is not None:
+            hist.append(nxt)
+            return True
         if token_id in g.vocab.eos_set:
             if g.is_complete(self.state):
                 self._terminated = True
@@ -417,6 +430,7 @@ class GrammarMatcher:
         nxt = g.walk(self.state, data)
         if not nxt:
             return False
+        g.remember_token(self.state, token_id, nxt)
         self._history.append(nxt)
         return True
 
@@ -432,7 +446,15 @@ class GrammarMatcher:
 
     def fill_next_token_bitmask(self, bitmask, index: int = 0) -> None:
         g = self.grammar
-        words = g.vocab.eos_only if self._terminated else g.mask(self.state)
+        if self._terminated:
+            words = g.vocab.eos_only
+        else:
+            words = g._masks.get(self._history[-1])  # mask(), without the call when known
+            if words is None:
+                words = g.mask(self._history[-1])
+        if type(bitmask) is np.ndarray and bitmask.ndim == 1 and len(bitmask) == len(words):
+            bitmask[...] = words  # the common case, in the fewest steps
+            return
         target = bitmask
         if not isinstance(bitmask, np.ndarray):  # a torch tensor
             if bitmask.device.type != "cpu":

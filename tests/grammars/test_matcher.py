@@ -163,6 +163,42 @@ def test_bitmask_formats(compiler):
     assert (one.numpy() == ref).all()
 
 
+def test_memoised_token_steps_match_fresh_walks(compiler, smollm2_tokenizer):
+    """A token read a second time from a state takes the memoised step: the same state as the
+    walk, while refused tokens, EOS and out-of-range ids are never memoised."""
+    grammar = compiler.compile_json_schema({"type": "array", "items": {"enum": ["ab", "cd"]}})
+    ids = smollm2_tokenizer.encode('["ab", "cd", "ab", "cd", "ab"]')
+    first = grammar.matcher()
+    states = [first.state]
+    for t in ids:
+        assert first.accept_token(t)
+        states.append(first.state)
+    assert len(grammar._token_steps) > 0
+    again = grammar.matcher()
+    for t, prev, state in zip(ids, states, states[1:]):
+        assert (prev, t) in grammar._token_steps
+        assert again.accept_token(t) and again.state == state
+        assert grammar.walk(prev, compiler.vocab.token_bytes[t]) == state
+    bad = smollm2_tokenizer.encode("x")[0]
+    before = again.state
+    for t in (bad, bad, -1, compiler.vocab.size + 7):
+        assert not again.accept_token(t) and again.state == before
+    assert all(t not in (bad, -1) for _, t in grammar._token_steps)
+    eos = smollm2_tokenizer.eos_token_id
+    assert again.accept_token(eos) and not again.accept_token(eos)
+    assert all(t != eos for _, t in grammar._token_steps)
+
+
+def test_wider_numpy_bitmask_zeroes_its_tail(compiler):
+    g = compiler.compile_regex("a|b")
+    words = compiler.vocab.words
+    ref = np.zeros(words, np.int32)
+    g.matcher().fill_next_token_bitmask(ref)
+    wide = np.full(words + 5, -1, np.int32)
+    g.matcher().fill_next_token_bitmask(wide)
+    assert (wide[:words] == ref).all() and not wide[words:].any()
+
+
 def test_partial_utf8_tokens(compiler, smollm2_tokenizer):
     """Tokens holding part of a character are allowed mid-character and the rest must follow."""
     vocab = compiler.vocab
