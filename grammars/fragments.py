@@ -2,7 +2,7 @@
 definition inlined at every `$ref`, the value of an unconstrained property, a separator) is
 wrapped as ("frag", node); the first time the NFA meets the wrapper it builds the node and
 remembers what that added, and every later time it only reserves as many states and records a
-use, which lazydfa_arrays.nfa_graph lays out with numpy (all the uses of a fragment at once).
+use, which grammars.nfa_layout lays out in compiled code.
 
 A fragment built between states s and e only adds moves among s, e and the states it reserved
 (first .. first + size - 1), so a use between s2 and e2 on states from base is the same moves
@@ -10,8 +10,6 @@ with s -> s2, e -> e2 and first + i -> base + i.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 
 class Fragment:
@@ -31,17 +29,6 @@ class Fragment:
         """The state of a use (from base, between s and e) for each state of the first build."""
         fs, fe, shift = self.s, self.e, base - self.first
         return lambda x: s if x == fs else e if x == fe else x + shift
-
-    def local(self, x: np.ndarray) -> np.ndarray:
-        """States of the first build as indexes into a row of use_table(): first + i as i, s as
-        size, e as size + 1."""
-        return np.where(
-            x == self.s, self.size, np.where(x == self.e, self.size + 1, x - self.first)
-        )
-
-    def use_table(self, bases: np.ndarray, ss: np.ndarray, es: np.ndarray) -> np.ndarray:
-        """One row per use (columns of bases, s, e): the state of the use for each local()."""
-        return np.hstack((np.arange(self.size, dtype=np.int64) + bases, ss, es))
 
 
 def _marks(nfa) -> tuple:
@@ -83,31 +70,3 @@ def expand_uses(nfa) -> None:
         nfa.edges.extend([(m(a), mask, m(b)) for a, mask, b in nfa.edges[frag.edges]])
         nfa.nts.extend([(m(a), rule, m(b)) for a, rule, b in nfa.nts[frag.nts]])
     nfa.frag_uses = []
-
-
-def use_arrays(uses: list, eps: tuple, edges: tuple, nts: tuple) -> tuple:
-    """The moves of fragment uses as arrays: `eps` (sources, targets), `edges` (sources, mask
-    ids, targets) and `nts` (sources, rules, targets) are the arrays of the NFA's own lists;
-    returns lists of arrays to add to each of the three."""
-    groups: dict[int, tuple] = {}
-    for frag, base, s, e in uses:
-        groups.setdefault(id(frag), (frag, []))[1].append((base, s, e))
-    out_eps: list = [[], []]
-    out_edges: list = [[], [], []]
-    out_nts: list = [[], [], []]
-    for frag, places in groups.values():
-        columns = np.array(places, np.int64)
-        table = frag.use_table(columns[:, 0:1], columns[:, 1:2], columns[:, 2:3])
-        for arrays, part, out in (
-            (eps, frag.eps, out_eps),
-            (edges, frag.edges, out_edges),
-            (nts, frag.nts, out_nts),
-        ):
-            src = arrays[0][part]
-            if not len(src):
-                continue
-            out[0].append(table[:, frag.local(src)].ravel())
-            out[-1].append(table[:, frag.local(arrays[-1][part])].ravel())
-            if len(arrays) == 3:  # the middle column (mask id, rule) is copied as it is
-                out[1].append(np.tile(arrays[1][part], len(places)))
-    return out_eps, out_edges, out_nts

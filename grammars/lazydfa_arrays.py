@@ -7,8 +7,8 @@ from collections import namedtuple
 
 import numpy as np
 
+from grammars import nfa_layout
 from grammars.budget import checkpoint
-from grammars.fragments import use_arrays
 from grammars.lazydfa import _MEM, _PUSHES, _STATES, _WANT, DFAArrays, NFAArrays, rehash
 
 NFAGraph = namedtuple(
@@ -19,68 +19,77 @@ byte, or -1 and a row of `masks`) and rule references (rule number, state to ret
 
 
 def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
-    """A grammars.automaton.NFA as arrays (its embedded DFAs copied as arrays)."""
-    n = nfa.size
+    """A grammars.automaton.NFA as arrays (its fragment uses and embedded DFAs laid out by
+    nfa_layout.layout)."""
     index: dict[int, int] = {}  # the distinct masks, numbered
-    eps_src, eps_tgt, e_src, e_id, e_tgt = ([] for _ in range(5))
-    a, b = zip(*nfa.eps) if nfa.eps else ((), ())
-    eps = (np.array(a, np.int64), np.array(b, np.int64))
-    a, masks, b = zip(*nfa.edges) if nfa.edges else ((), (), ())
     number = index.setdefault
-    ids = np.fromiter((number(m, len(index)) for m in masks), np.int64, len(masks))
-    edges = (np.array(a, np.int64), ids, np.array(b, np.int64))
+    a, b = zip(*nfa.eps) if nfa.eps else ((), ())
+    eps = np.array((a, b), np.int64).reshape(2, -1)
+    a, masks, b = zip(*nfa.edges) if nfa.edges else ((), (), ())
+    ids = [number(m, len(index)) for m in masks]
+    edges = np.array((a, ids, b), np.int64).reshape(3, -1)
     a, names, b = zip(*nfa.nts) if nfa.nts else ((), (), ())
-    rules = np.array([rule_index[r] for r in names], np.int64)
-    nts = (np.array(a, np.int64), rules, np.array(b, np.int64))
-    more_eps, more_edges, more_nts = use_arrays(nfa.frag_uses, eps, edges, nts)
-    eps_src += [eps[0], *more_eps[0]]
-    eps_tgt += [eps[1], *more_eps[1]]
-    e_src += [edges[0], *more_edges[0]]
-    e_id += [edges[1], *more_edges[1]]
-    e_tgt += [edges[2], *more_edges[2]]
-    groups: dict[int, tuple] = {}  # id(dfa) -> (dfa, [(first state, from, to)])
+    nts = np.array((a, [rule_index[r] for r in names], b), np.int64).reshape(3, -1)
+    uses = np.array(
+        [
+            (f.eps.start, f.eps.stop, f.edges.start, f.edges.stop, f.nts.start, f.nts.stop)
+            + (f.s, f.e, f.first, base, s, e)
+            for f, base, s, e in nfa.frag_uses
+        ],
+        np.int64,
+    ).reshape(-1, nfa_layout.USE_COLUMNS)
+    dfa_number: dict[int, int] = {}  # id(dfa) -> its index in the pools
+    dfas, copies = [], []
     for base, s, e, dfa in nfa.copies:
-        groups.setdefault(id(dfa), (dfa, []))[1].append((base, s, e))
-    for dfa, places in groups.values():  # the copies of one DFA at once, as offset arrays
-        src, ids, tgt, distinct, accepting = dfa.moves()
-        ids_here = np.array([index.setdefault(m, len(index)) for m in distinct], np.int64)
-        columns = np.array(places, np.int64)
-        bases, froms, tos = columns[:, 0:1], columns[:, 1:2], columns[:, 2:3]
-        e_src.append((src + bases).ravel())
-        e_id.append(np.broadcast_to(ids_here[ids], (len(places), len(ids))).ravel())
-        e_tgt.append((tgt + bases).ravel())
-        eps_src.append(np.concatenate((froms, accepting + bases), axis=1).ravel())
-        enter = np.broadcast_to(tos, (len(places), len(accepting)))
-        eps_tgt.append(np.concatenate((bases + dfa.start, enter), axis=1).ravel())
+        d = dfa_number.get(id(dfa))
+        if d is None:
+            d = dfa_number[id(dfa)] = len(dfas)
+            dfas.append(dfa)
+        copies.append((d, base, s, e))
+    pool_moves, pool_acc = [np.zeros((3, 0), np.int64)], [np.zeros(0, np.int64)]
+    for dfa in dfas:
+        src, local_ids, tgt, distinct, accepting = dfa.moves()
+        global_ids = np.array([number(m, len(index)) for m in distinct], np.int64)
+        pool_moves.append(np.vstack((src, global_ids[local_ids], tgt)))
+        pool_acc.append(accepting)
     checkpoint()
-
-    def by_source(src, *columns):
-        """(ptr, *columns sorted by source state)."""
-        src = np.concatenate(src) if src else np.zeros(0, np.int64)
-        order = np.argsort(src, kind="stable")
-        ptr = np.zeros(n + 1, np.int64)
-        np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
-        return (ptr, *((np.concatenate(c) if c else src)[order] for c in columns))
-
-    eps_ptr, eps_idx = by_source(eps_src, eps_tgt)
-    e_ptr, edge_ids, e_tgt = by_source(e_src, e_id, e_tgt)
+    eps_ptr, eps_idx, e_ptr, e_cols, nt_ptr, nt_cols = nfa_layout.layout(
+        nfa.size,
+        eps,
+        edges,
+        nts,
+        uses,
+        np.array(copies, np.int64).reshape(-1, nfa_layout.COPY_COLUMNS),
+        _offsets([m.shape[1] for m in pool_moves[1:]]),
+        np.concatenate(pool_moves, axis=1),
+        _offsets([len(x) for x in pool_acc[1:]]),
+        np.concatenate(pool_acc),
+        np.array([dfa.start for dfa in dfas], np.int64),
+    )
+    checkpoint()
     distinct = list(index)
     single = np.array([m & (m - 1) == 0 for m in distinct], np.bool_)
     byte_of = np.array([m.bit_length() - 1 for m in distinct], np.int64)
     row_of = np.cumsum(~single) - 1
+    edge_ids = e_cols[0]
     e_byte = np.where(single[edge_ids], byte_of[edge_ids], -1)
     e_mask = np.where(single[edge_ids], -1, row_of[edge_ids])
-    checkpoint()
     wide = [m for m, one in zip(distinct, single.tolist()) if not one]
     masks = np.zeros((max(1, len(wide)), 256), np.bool_)
     if wide:
         packed = b"".join(m.to_bytes(32, "little") for m in wide)
         bits = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
         masks[: len(wide)] = bits.reshape(len(wide), 256).astype(np.bool_)
-    checkpoint()
-    nt_src, nt_rule, nt_tgt = ([nts[i], *more_nts[i]] for i in range(3))
-    nt_ptr, nt_rule, nt_tgt = by_source(nt_src, nt_rule, nt_tgt)
-    return NFAGraph(eps_ptr, eps_idx, e_ptr, e_byte, e_mask, e_tgt, masks, nt_ptr, nt_rule, nt_tgt)
+    return NFAGraph(
+        eps_ptr, eps_idx, e_ptr, e_byte, e_mask, e_cols[1], masks, nt_ptr, nt_cols[0], nt_cols[1]
+    )
+
+
+def _offsets(sizes: list[int]) -> np.ndarray:
+    """[0, sizes[0], sizes[0] + sizes[1], ...]."""
+    out = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(np.array(sizes, np.int64), out=out[1:])
+    return out
 
 
 def freeze_nfa(graph: NFAGraph, finals, first: np.ndarray) -> NFAArrays:

@@ -2,12 +2,14 @@
 length counters laid out as arrays, fragments built once and copied, patterns left to the lazy
 DFA, keys that exclude the named properties."""
 
+import numpy as np
 import pytest
 
 from grammars.array_dfa import ArrayDFA, LazyDFA
-from grammars.automaton import EagerDFA, alt, cat, lit, rep
+from grammars.automaton import NFA, EagerDFA, alt, cat, lit, rep
 from grammars.json_schema.core import node_size, shared
 from grammars.json_schema.strings import _STRING_CHAR, _lazy_pattern, _length_dfa, key_except
+from grammars.lazydfa_arrays import nfa_graph
 from grammars.regex import regex_to_node
 
 
@@ -42,6 +44,52 @@ def test_fragment_uses_match_the_node_built_at_each_use():
     pair = cat(lit("<"), body, lit(">"), body)
     plain = cat(body, lit(","), pair, lit(","), pair, rep(cat(lit(";"), body), 0, 2))
     assert same_language(EagerDFA.from_node(node), EagerDFA.from_node(plain))
+
+
+def _moves_by_state(graph) -> tuple:
+    """Each state's moves from an NFAGraph, as sets."""
+    n = len(graph.eps_ptr) - 1
+    eps = [set(graph.eps_idx[graph.eps_ptr[s] : graph.eps_ptr[s + 1]].tolist()) for s in range(n)]
+    edges = [set() for _ in range(n)]
+    for s in range(n):
+        for j in range(graph.e_ptr[s], graph.e_ptr[s + 1]):
+            b, m = int(graph.e_byte[j]), int(graph.e_mask[j])
+            mask = 1 << b if b >= 0 else sum(1 << x for x in np.flatnonzero(graph.masks[m]))
+            edges[s].add((mask, int(graph.e_tgt[j])))
+    nts = [set() for _ in range(n)]
+    for s in range(n):
+        for j in range(graph.nt_ptr[s], graph.nt_ptr[s + 1]):
+            nts[s].add((int(graph.nt_rule[j]), int(graph.nt_tgt[j])))
+    return eps, edges, nts
+
+
+def test_laid_out_graph_holds_every_move_of_uses_and_copies():
+    """nfa_graph's compiled layout of fragment uses (nested ones too) and DFA copies has the
+    same moves per state as the NFA's own expansion of them into tuples."""
+    body = alt(cat(lit("ab"), rep(lit("c"), 0, None)), cat(lit("x"), ("nt", "r"), lit("z")))
+    wrapped = shared(cat(body, body))
+    digits = ("dfa", EagerDFA.from_node(rep(alt(lit("0"), lit("17")), 1, 3)))
+    nested = shared(cat(lit("<"), wrapped, digits, lit(">"), wrapped))
+    node = cat(wrapped, digits, nested, rep(cat(lit(";"), nested, digits), 0, 2))
+
+    def built():
+        nfa = NFA()
+        s, e = nfa.new(), nfa.new()
+        nfa.build(node, s, e)
+        r_s, r_e = nfa.new(), nfa.new()
+        nfa.build(lit("q"), r_s, r_e)
+        return nfa
+
+    nfa = built()
+    assert nfa.frag_uses and nfa.copies
+    eps, edges, nts = _moves_by_state(nfa_graph(nfa, {"r": 0}))
+    plain = built()
+    plain._expand_copies()
+    assert not plain.frag_uses and not plain.copies and plain.size == nfa.size
+    for s in range(plain.size):
+        assert eps[s] == {b for a, b in plain.eps if a == s}
+        assert edges[s] == {(m, b) for a, m, b in plain.edges if a == s}
+        assert nts[s] == {(0, b) for a, _, b in plain.nts if a == s}
 
 
 def test_small_nodes_are_not_wrapped():

@@ -1,0 +1,101 @@
+"""An NFA's moves laid out by source state in one compiled call: its own moves, the moves of
+each fragment use (the first build's moves on the use's states, see grammars.fragments) and of
+each embedded DFA copy (the DFA's moves offset by the copy's first state), placed by a stable
+counting sort into CSR arrays (a pointer per state into the moves that leave it).
+
+Own moves come first in each state's list, then the uses', then the copies', each in order."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# the columns of a row of `uses`: the first build's slices of the own eps, edge and rule-move
+# arrays, its from and to states and first state; the use's first state, from and to
+USE_COLUMNS = 12
+# the columns of a row of `copies`: the DFA (its index in the pools), first state, from, to
+COPY_COLUMNS = 4
+
+
+@njit(cache=True, nogil=True)
+def _mapped(x, u):
+    """State x of a fragment's first build, on the states of use u."""
+    if x == u[6]:
+        return u[10]
+    if x == u[7]:
+        return u[11]
+    return x + u[9] - u[8]
+
+
+@njit(cache=True, nogil=True)
+def _by_source(n, src, cols):
+    """(ptr, cols reordered by source state, keeping the order within a state)."""
+    ptr = np.zeros(n + 1, np.int64)
+    for s in src:
+        ptr[s + 1] += 1
+    for s in range(n):
+        ptr[s + 1] += ptr[s]
+    fill = ptr[:-1].copy()
+    out = np.empty_like(cols)
+    for i in range(src.shape[0]):
+        out[:, fill[src[i]]] = cols[:, i]
+        fill[src[i]] += 1
+    return ptr, out
+
+
+@njit(cache=True, nogil=True)
+def layout(n, eps, edges, nts, uses, copies, move_ptr, moves, acc_ptr, acc, starts):
+    """eps (2, k): from, to; edges (3, k): from, mask id, to; nts (3, k): from, rule, return
+    state; uses (k, USE_COLUMNS); copies (k, COPY_COLUMNS); the DFA pools: DFA d's moves are
+    moves[:, move_ptr[d]:move_ptr[d + 1]] (from, mask id, to), its accepting states
+    acc[acc_ptr[d]:acc_ptr[d + 1]], its start starts[d]. Returns the CSR arrays (eps_ptr,
+    eps_to, e_ptr, e_cols (mask id, to), nt_ptr, nt_cols (rule, return state))."""
+    n_eps, n_e, n_nt = eps.shape[1], edges.shape[1], nts.shape[1]
+    for u in uses:
+        n_eps += u[1] - u[0]
+        n_e += u[3] - u[2]
+        n_nt += u[5] - u[4]
+    for c in copies:
+        d = c[0]
+        n_eps += 1 + acc_ptr[d + 1] - acc_ptr[d]
+        n_e += move_ptr[d + 1] - move_ptr[d]
+    all_eps = np.empty((2, n_eps), np.int64)
+    all_e = np.empty((3, n_e), np.int64)
+    all_nt = np.empty((3, n_nt), np.int64)
+    all_eps[:, : eps.shape[1]] = eps
+    all_e[:, : edges.shape[1]] = edges
+    all_nt[:, : nts.shape[1]] = nts
+    i, j, k = eps.shape[1], edges.shape[1], nts.shape[1]
+    for u in uses:
+        for m in range(u[0], u[1]):
+            all_eps[0, i] = _mapped(eps[0, m], u)
+            all_eps[1, i] = _mapped(eps[1, m], u)
+            i += 1
+        for m in range(u[2], u[3]):
+            all_e[0, j] = _mapped(edges[0, m], u)
+            all_e[1, j] = edges[1, m]
+            all_e[2, j] = _mapped(edges[2, m], u)
+            j += 1
+        for m in range(u[4], u[5]):
+            all_nt[0, k] = _mapped(nts[0, m], u)
+            all_nt[1, k] = nts[1, m]
+            all_nt[2, k] = _mapped(nts[2, m], u)
+            k += 1
+    for c in copies:
+        d, base = c[0], c[1]
+        all_eps[0, i] = c[2]
+        all_eps[1, i] = base + starts[d]
+        i += 1
+        for m in range(acc_ptr[d], acc_ptr[d + 1]):
+            all_eps[0, i] = base + acc[m]
+            all_eps[1, i] = c[3]
+            i += 1
+        for m in range(move_ptr[d], move_ptr[d + 1]):
+            all_e[0, j] = base + moves[0, m]
+            all_e[1, j] = moves[1, m]
+            all_e[2, j] = base + moves[2, m]
+            j += 1
+    eps_ptr, eps_to = _by_source(n, all_eps[0], all_eps[1:])
+    e_ptr, e_cols = _by_source(n, all_e[0], all_e[1:])
+    nt_ptr, nt_cols = _by_source(n, all_nt[0], all_nt[1:])
+    return eps_ptr, eps_to[0], e_ptr, e_cols, nt_ptr, nt_cols
