@@ -116,5 +116,8 @@ class LazyDFA(EagerDFA):
     def moves(self) -> tuple:
         return self.determinised().moves()
 
+    def move_table(self) -> np.ndarray:
+        return self.determinised().move_table()
+
     def embed(self, nfa: NFA, s: int, e: int) -> None:
         nfa.build(self.node, s, e)

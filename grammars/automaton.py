@@ -569,6 +569,15 @@ class EagerDFA:
             )
         return hit
 
+    def move_table(self) -> np.ndarray:
+        """moves() as one (3, k) array: sources, mask ids (into moves()'s distinct masks),
+        targets; computed once."""
+        hit = self.__dict__.get("_move_table")
+        if hit is None:
+            src, ids, tgt, _, _ = self.moves()
+            hit = self._move_table = np.vstack((src, ids, tgt))
+        return hit
+
 
 def intersect(a, b) -> tuple:
     return ("dfa", _determinised(a).product(_determinised(b), "and"))

@@ -46,13 +46,21 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
             d = dfa_number[id(dfa)] = len(dfas)
             dfas.append(dfa)
         copies.append((d, base, s, e))
-    pool_moves, pool_acc = [np.zeros((3, 0), np.int64)], [np.zeros(0, np.int64)]
+    tables, id_maps, accepting = [], [], []
     for dfa in dfas:
-        src, local_ids, tgt, distinct, accepting = dfa.moves()
-        global_ids = np.array([number(m, len(index)) for m in distinct], np.int64)
-        pool_moves.append(np.vstack((src, global_ids[local_ids], tgt)))
-        pool_acc.append(accepting)
+        _, _, _, distinct, acc = dfa.moves()
+        tables.append(dfa.move_table())
+        id_maps.append([number(m, len(index)) for m in distinct])
+        accepting.append(acc)
     checkpoint()
+    pools = np.array(
+        (
+            _offsets([t.shape[1] for t in tables]),
+            _offsets([len(x) for x in id_maps]),
+            _offsets([len(x) for x in accepting]),
+        ),
+        np.int64,
+    )
     eps_ptr, eps_idx, e_ptr, e_cols, nt_ptr, nt_cols = nfa_layout.layout(
         nfa.size,
         eps,
@@ -60,35 +68,27 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
         nts,
         uses,
         np.array(copies, np.int64).reshape(-1, nfa_layout.COPY_COLUMNS),
-        _offsets([m.shape[1] for m in pool_moves[1:]]),
-        np.concatenate(pool_moves, axis=1),
-        _offsets([len(x) for x in pool_acc[1:]]),
-        np.concatenate(pool_acc),
+        pools,
+        np.concatenate(tables, axis=1) if tables else np.zeros((3, 0), np.int64),
+        np.array([i for x in id_maps for i in x], np.int64),
+        np.concatenate(accepting) if accepting else np.zeros(0, np.int64),
         np.array([dfa.start for dfa in dfas], np.int64),
     )
     checkpoint()
-    distinct = list(index)
-    single = np.array([m & (m - 1) == 0 for m in distinct], np.bool_)
-    byte_of = np.array([m.bit_length() - 1 for m in distinct], np.int64)
-    row_of = np.cumsum(~single) - 1
-    edge_ids = e_cols[0]
-    e_byte = np.where(single[edge_ids], byte_of[edge_ids], -1)
-    e_mask = np.where(single[edge_ids], -1, row_of[edge_ids])
-    wide = [m for m, one in zip(distinct, single.tolist()) if not one]
-    masks = np.zeros((max(1, len(wide)), 256), np.bool_)
-    if wide:
-        packed = b"".join(m.to_bytes(32, "little") for m in wide)
-        bits = np.unpackbits(np.frombuffer(packed, np.uint8), bitorder="little")
-        masks[: len(wide)] = bits.reshape(len(wide), 256).astype(np.bool_)
+    packed = b"".join(m.to_bytes(32, "little") for m in index)
+    e_byte, e_mask, masks = nfa_layout.mask_columns(
+        np.frombuffer(packed, np.uint8).reshape(len(index), 32), e_cols[0]
+    )
     return NFAGraph(
         eps_ptr, eps_idx, e_ptr, e_byte, e_mask, e_cols[1], masks, nt_ptr, nt_cols[0], nt_cols[1]
     )
 
 
-def _offsets(sizes: list[int]) -> np.ndarray:
+def _offsets(sizes: list[int]) -> list[int]:
     """[0, sizes[0], sizes[0] + sizes[1], ...]."""
-    out = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(np.array(sizes, np.int64), out=out[1:])
+    out = [0]
+    for k in sizes:
+        out.append(out[-1] + k)
     return out
 
 

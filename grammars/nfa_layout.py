@@ -44,12 +44,14 @@ def _by_source(n, src, cols):
 
 
 @njit(cache=True, nogil=True)
-def layout(n, eps, edges, nts, uses, copies, move_ptr, moves, acc_ptr, acc, starts):
+def layout(n, eps, edges, nts, uses, copies, pools, moves, id_map, acc, starts):
     """eps (2, k): from, to; edges (3, k): from, mask id, to; nts (3, k): from, rule, return
     state; uses (k, USE_COLUMNS); copies (k, COPY_COLUMNS); the DFA pools: DFA d's moves are
-    moves[:, move_ptr[d]:move_ptr[d + 1]] (from, mask id, to), its accepting states
-    acc[acc_ptr[d]:acc_ptr[d + 1]], its start starts[d]. Returns the CSR arrays (eps_ptr,
+    moves[:, pools[0, d]:pools[0, d + 1]] (from, the DFA's own mask id, to), its own mask ids
+    i are the NFA's id_map[pools[1, d] + i], its accepting states are
+    acc[pools[2, d]:pools[2, d + 1]] and its start starts[d]. Returns the CSR arrays (eps_ptr,
     eps_to, e_ptr, e_cols (mask id, to), nt_ptr, nt_cols (rule, return state))."""
+    move_ptr, map_ptr, acc_ptr = pools[0], pools[1], pools[2]
     n_eps, n_e, n_nt = eps.shape[1], edges.shape[1], nts.shape[1]
     for u in uses:
         n_eps += u[1] - u[0]
@@ -92,10 +94,54 @@ def layout(n, eps, edges, nts, uses, copies, move_ptr, moves, acc_ptr, acc, star
             i += 1
         for m in range(move_ptr[d], move_ptr[d + 1]):
             all_e[0, j] = base + moves[0, m]
-            all_e[1, j] = moves[1, m]
+            all_e[1, j] = id_map[map_ptr[d] + moves[1, m]]
             all_e[2, j] = base + moves[2, m]
             j += 1
     eps_ptr, eps_to = _by_source(n, all_eps[0], all_eps[1:])
     e_ptr, e_cols = _by_source(n, all_e[0], all_e[1:])
     nt_ptr, nt_cols = _by_source(n, all_nt[0], all_nt[1:])
     return eps_ptr, eps_to[0], e_ptr, e_cols, nt_ptr, nt_cols
+
+
+@njit(cache=True, nogil=True)
+def mask_columns(mask_bytes, edge_ids):
+    """The distinct byte masks (k, 32) little-endian, and each edge's mask id: per edge its
+    byte (-1 where the mask holds several) and its row of `rows` (-1 where it holds one), and
+    `rows`, the masks of several bytes as booleans (at least one row)."""
+    k = mask_bytes.shape[0]
+    byte_of = np.full(k, -1, np.int64)
+    row_of = np.full(k, -1, np.int64)
+    wide = 0
+    for m in range(k):
+        bits, last = 0, -1
+        for i in range(32):
+            v = mask_bytes[m, i]
+            while v:
+                bits += 1
+                last = 8 * i + _low_bit(v)
+                v &= v - 1
+        if bits == 1:
+            byte_of[m] = last
+        else:
+            row_of[m] = wide
+            wide += 1
+    rows = np.zeros((max(1, wide), 256), np.bool_)
+    for m in range(k):
+        r = row_of[m]
+        if r >= 0:
+            for b in range(256):
+                rows[r, b] = (mask_bytes[m, b >> 3] >> (b & 7)) & 1
+    e_byte = np.empty(edge_ids.shape[0], np.int64)
+    e_mask = np.empty(edge_ids.shape[0], np.int64)
+    for j in range(edge_ids.shape[0]):
+        e_byte[j] = byte_of[edge_ids[j]]
+        e_mask[j] = row_of[edge_ids[j]]
+    return e_byte, e_mask, rows
+
+
+@njit(cache=True, nogil=True)
+def _low_bit(v):
+    i = 0
+    while not (v >> i) & 1:
+        i += 1
+    return i
