@@ -139,10 +139,12 @@ class Machine:
         if candidates is None or len(candidates) < vocab.size:
             candidates = _scratch.candidates = np.empty(vocab.size, np.int64)
         track = bool(self.has_pushes or can_pop)
-        info = np.empty(4, np.int64)
+        info = np.empty(3, np.int64)
         in_chain = np.empty(256, np.bool_)
         self._run(lazydfa_chain.chain_info, g, can_pop, info, in_chain)
-        hub, _, utf8, utf8_from_g = info.tolist()
+        slots = info.tolist()
+        hub = slots[lazydfa_chain.HUB]
+        utf8, utf8_from_g = slots[lazydfa_chain.UTF8], slots[lazydfa_chain.UTF8_FROM_G]
         layout = vocab.chain_layout(in_chain, bool(utf8))
         n_cand = self._run(
             lazydfa.walk,

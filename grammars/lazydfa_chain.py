@@ -10,7 +10,7 @@ from numba import njit
 from grammars.lazydfa import NEED_SPACE, materialize, utf8_closed
 
 MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
-HUB, LOOP, UTF8, UTF8_FROM_G = range(4)  # the slots of chain_info's `out`
+HUB, UTF8, UTF8_FROM_G = range(3)  # the slots of chain_info's `out`
 
 
 @njit(cache=True, nogil=True)
@@ -41,8 +41,9 @@ def _first_byte(row, t):
 
 @njit(cache=True, nogil=True)
 def chain_info(nfa, dfa, g, can_pop, out, in_chain):
-    """Fill out[HUB, LOOP, UTF8, UTF8_FROM_G] and in_chain (the bytes on which the hub moves
-    on to one same state; all False without a hub) for frame state g; 0, or NEED_SPACE."""
+    """Fill out[HUB, UTF8, UTF8_FROM_G] and in_chain (the bytes on which the hub moves on to
+    one same state; all False without a hub) for frame state g; 0, or NEED_SPACE. The UTF-8
+    slots are set only where the chain is a loop (the hub moves on to itself)."""
     out[:] = 0
     in_chain[:] = False
     table = dfa.table
@@ -61,7 +62,6 @@ def chain_info(nfa, dfa, g, can_pop, out, in_chain):
     out[HUB] = hub
     if nxt != hub:
         return 0
-    out[LOOP] = 1
     closed = utf8_closed(nfa, dfa, hub, hub, can_pop)
     if closed < 0:
         return NEED_SPACE

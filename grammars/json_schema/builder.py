@@ -3,7 +3,6 @@ not, enum, const)."""
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from urllib.parse import unquote
 
@@ -39,24 +38,25 @@ from grammars.json_schema.core import (
     node_size,
     shared,
 )
-from grammars.json_schema.negation import canonical_texts, complement, conditional
-from grammars.json_schema.numbers import _NUMBER, _number_literal, bounded_digits, number_node
+from grammars.json_schema.negation import (
+    canonical_texts,
+    complement,
+    conditional,
+    texts_without_surrogate_escapes,
+)
+from grammars.json_schema.numbers import (
+    _NUMBER,
+    FRACTIONAL,
+    _number_literal,
+    bounded_digits,
+    number_node,
+)
 from grammars.json_schema.one_of import OneOfProofs
 from grammars.json_schema.rewrite import _merge, _split_dependencies
 from grammars.json_schema.strings import _string_literal, string_node
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
-# numbers whose canonical spelling (negation.canonical_texts) has a fraction: the values that
-# are not integers, each in that one spelling (a sound restriction: 1.50 and 15e-1 refused)
-_DIGITS = byte_set((0x30, 0x39))
-_FRACTIONAL = cat(
-    opt(lit("-")),
-    alt(lit("0"), cat(("b", byte_set((0x31, 0x39))), rep(("b", _DIGITS)))),
-    lit("."),
-    rep(("b", _DIGITS)),
-    ("b", byte_set((0x31, 0x39))),
-)
 _MAX_EXCLUSIVE = 8  # overlapping oneOf branches made exclusive by DFA differences
 MAX_NESTING = 200  # schemas (subschemas, $refs) nested in one another
 # formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
@@ -368,7 +368,7 @@ class _Builder(_ContainerNodes):
                 numbers = self.value({**base, "type": "number"}, path)
                 if _has_rules(numbers):
                     raise GrammarError(f"not: excluding integers from numbers ({path})")
-                fractions = intersect(numbers, _FRACTIONAL)
+                fractions = intersect(numbers, FRACTIONAL)
                 return (
                     alt(fractions, self.value({**base, "type": rest}, path)) if rest else fractions
                 )
@@ -506,7 +506,7 @@ def _exclusive(nodes, path: str, complete: bool) -> list | None:
     if len(dfas) > _MAX_EXCLUSIVE:
         i, j = meets[0]
         raise GrammarError(f"oneOf: branches {i} and {j} overlap ({path})")
-    canonical = _without_surrogate_escapes() if complete else canonical_texts()[1]
+    canonical = texts_without_surrogate_escapes() if complete else canonical_texts()[1]
     only = []
     for i, dfa in enumerate(dfas):
         if canonical is not None:
@@ -516,27 +516,6 @@ def _exclusive(nodes, path: str, complete: bool) -> list | None:
                 dfa = dfa.product(other, "diff")
         only.append(dfa)
     return only
-
-
-@functools.lru_cache(maxsize=1)
-def _without_surrogate_escapes():
-    """The JSON texts of strings, booleans and null without a \\uD800-\\uDFFF escape."""
-    from grammars.automaton import EagerDFA
-
-    hexdigit = ("b", byte_set((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)))
-    plain = ("b", byte_set((0, 255)) & ~byte_set(0x22, 0x5C))
-    short = cat(lit("\\"), ("b", byte_set(*map(ord, '"\\/bfnrt'))))
-    bmp = alt(
-        cat(
-            ("b", byte_set((0x30, 0x39), (0x41, 0x43), (0x61, 0x63), 0x45, 0x46, 0x65, 0x66)),
-            hexdigit,
-            hexdigit,
-            hexdigit,
-        ),
-        cat(("b", byte_set(0x44, 0x64)), ("b", byte_set((0x30, 0x37))), hexdigit, hexdigit),
-    )
-    string = cat(lit('"'), rep(alt(plain, short, cat(lit("\\u"), bmp))), lit('"'))
-    return EagerDFA.from_node(alt(string, lit("true"), lit("false"), lit("null")))
 
 
 _COMPLETE_KEYWORDS = frozenset({"type", "pattern", "minLength", "maxLength"})

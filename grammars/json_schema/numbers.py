@@ -89,6 +89,9 @@ _INT = cat(opt(lit("-")), alt(lit("0"), cat(("b", _DIGIT19), rep(("b", _DIGIT), 
 _NUMBER = cat(_INT, _FRAC_ANY, _EXP)
 _DIGITS = rep(("b", _DIGIT), 0, None)
 _MAGNITUDE = cat(alt(lit("0"), cat(("b", _DIGIT19), _DIGITS)), _FRAC_ANY)  # no sign or exponent
+# the numbers that are not integers, in their canonical spelling (negation.canonical_texts: no
+# exponent, a fraction ending in 1-9), for `not: {"type": "integer"}` beside numbers
+FRACTIONAL = cat(_INT, lit("."), _DIGITS, ("b", _DIGIT19))
 
 
 def _number_range(lo, lo_excl, hi, hi_excl, integer: bool) -> tuple:
