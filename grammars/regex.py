@@ -180,9 +180,33 @@ def json_chars(ranges: Ranges) -> tuple:
     bmp = intersect_ranges(ranges, negate([SURROGATES, (0x10000, MAX_CODEPOINT)]))
     if bmp:
         parts.append(cat(lit("\\u"), alt(*(_hex4(lo, hi) for lo, hi in bmp))))
-    if intersect_ranges(ranges, [(0x10000, MAX_CODEPOINT)]) == [(0x10000, MAX_CODEPOINT)]:
-        parts.append(cat(lit("\\u"), _hex4(0xD800, 0xDBFF), lit("\\u"), _hex4(0xDC00, 0xDFFF)))
+    astral = intersect_ranges(ranges, [(0x10000, MAX_CODEPOINT)])
+    if astral:
+        parts.append(alt(*(_surrogate_pairs(lo, hi) for lo, hi in astral)))
     return alt(*[p for p in parts if p != NOTHING])
+
+
+def _surrogate_pairs(lo: int, hi: int) -> tuple:
+    """The astral characters lo..hi as surrogate-pair escapes (\\uD83D\\uDE00 for U+1F600):
+    a range of high surrogates, each with its range of low ones."""
+    (h1, l1), (h2, l2) = divmod(lo - 0x10000, 0x400), divmod(hi - 0x10000, 0x400)
+
+    def pairs(h_lo: int, h_hi: int, l_lo: int, l_hi: int) -> tuple:
+        high, low = _hex4(0xD800 + h_lo, 0xD800 + h_hi), _hex4(0xDC00 + l_lo, 0xDC00 + l_hi)
+        return cat(lit("\\u"), high, lit("\\u"), low)
+
+    if h1 == h2:
+        return pairs(h1, h1, l1, l2)
+    parts = []
+    if l1:  # the first high surrogate takes only part of its low ones
+        parts.append(pairs(h1, h1, l1, 0x3FF))
+        h1 += 1
+    if l2 != 0x3FF:
+        parts.append(pairs(h2, h2, 0, l2))
+        h2 -= 1
+    if h1 <= h2:
+        parts.append(pairs(h1, h2, 0, 0x3FF))
+    return alt(*parts)
 
 
 @functools.lru_cache(maxsize=4096)

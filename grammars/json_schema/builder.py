@@ -42,7 +42,6 @@ from grammars.json_schema.negation import (
     canonical_texts,
     complement,
     conditional,
-    texts_without_surrogate_escapes,
 )
 from grammars.json_schema.numbers import (
     _NUMBER,
@@ -486,9 +485,9 @@ def _exclusive(nodes, path: str, complete: bool) -> list | None:
     their branch, and they accept every canonical text (negation.canonical_texts: one spelling
     per value) of the values it matches, so a canonical text left in a branch's difference
     matches no other branch. Unless `complete` (the nodes accept every spelling:
-    _text_complete), each branch is first limited to canonical texts, a sound restriction;
-    when complete, to texts without surrogate-pair escapes (patterns read an astral character
-    only as itself), also a sound restriction."""
+    _text_complete), each branch is first limited to canonical texts, a sound restriction.
+    (Every string automaton refuses lone surrogate escapes, \\ud83d alone, alike, and reads an
+    astral character both as itself and as its surrogate pair.)"""
     from grammars.automaton import EagerDFA
 
     for n in nodes:
@@ -506,7 +505,7 @@ def _exclusive(nodes, path: str, complete: bool) -> list | None:
     if len(dfas) > _MAX_EXCLUSIVE:
         i, j = meets[0]
         raise GrammarError(f"oneOf: branches {i} and {j} overlap ({path})")
-    canonical = texts_without_surrogate_escapes() if complete else canonical_texts()[1]
+    canonical = None if complete else canonical_texts()[1]
     only = []
     for i, dfa in enumerate(dfas):
         if canonical is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from grammars.automaton import alt, byte_set, cat, lit, rep
+from grammars.automaton import byte_set
 from grammars.json_schema.core import _ANNOTATIONS, _json_type, _types_of
 
 _ALL = ["null", "boolean", "object", "array", "string", "number"]
@@ -135,26 +135,3 @@ def canonical_texts() -> tuple:
     ]
     accept = [t in (out_, int_, frac) for t in range(10)]
     return ("dfa", EagerDFA(trans, accept, out_).trimmed())
-
-
-@functools.lru_cache(maxsize=1)
-def texts_without_surrogate_escapes():
-    """The JSON texts of strings, booleans and null without a \\uD800-\\uDFFF escape (patterns
-    read an astral character only as itself, so texts that spell one as a surrogate pair are
-    left out where exact automata are compared)."""
-    from grammars.automaton import EagerDFA
-
-    hexdigit = ("b", byte_set((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)))
-    plain = ("b", byte_set((0, 255)) & ~byte_set(0x22, 0x5C))
-    short = cat(lit("\\"), ("b", byte_set(*map(ord, '"\\/bfnrt'))))
-    bmp = alt(
-        cat(
-            ("b", byte_set((0x30, 0x39), (0x41, 0x43), (0x61, 0x63), 0x45, 0x46, 0x65, 0x66)),
-            hexdigit,
-            hexdigit,
-            hexdigit,
-        ),
-        cat(("b", byte_set(0x44, 0x64)), ("b", byte_set((0x30, 0x37))), hexdigit, hexdigit),
-    )
-    string = cat(lit('"'), rep(alt(plain, short, cat(lit("\\u"), bmp))), lit('"'))
-    return EagerDFA.from_node(alt(string, lit("true"), lit("false"), lit("null")))
