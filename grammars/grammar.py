@@ -30,7 +30,7 @@ _MAX_JUMP = 4096
 # token); past it the cache starts over
 _MASK_CACHE_BYTES = 64 << 20
 _WALK_CACHE_BYTES = 4 << 20
-_TOKEN_STEP_CAP = 1 << 20  # memoised (state, token) steps a grammar keeps before starting over
+_TOKEN_STEP_CAP = 1 << 16  # memoised (state, token) steps a grammar keeps (~6 MB), then anew
 _NO_FOLLOW = np.zeros(256, np.bool_)
 _scratch = threading.local()  # a buffer per thread for the candidates of token walks
 _WALK_ROOM = 128  # states a token walk may add without growing the arrays
@@ -181,8 +181,9 @@ class CompiledGrammar:
         self._steps: dict[int, int] = {}
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
-        # (state, token id) -> the state after it, for ordinary tokens already read once
-        self._token_steps: dict[tuple[int, int], int] = {}
+        # state * vocabulary size + token id -> the state after it, for ordinary tokens read
+        # once (int keys: no tuples to allocate, and nothing for the cyclic collector)
+        self._token_steps: dict[int, int] = {}
         self._walks: dict[tuple[int, bytes | None], tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.RLock()
         self._mask_cap = max(256, _MASK_CACHE_BYTES // (4 * vocab.words))
@@ -372,7 +373,7 @@ class CompiledGrammar:
     def remember_token(self, ss: int, token_id: int, nxt: int) -> None:
         if len(self._token_steps) >= _TOKEN_STEP_CAP:
             self._token_steps.clear()
-        self._token_steps[ss, token_id] = nxt
+        self._token_steps[ss * self.vocab.size + token_id] = nxt
 
     def jump_forward_bytes(self, ss: int) -> bytes:
         out = bytearray()
@@ -414,10 +415,11 @@ class GrammarMatcher:
         if self._terminated:
             return False
         hist = self._history
-        nxt = g._token_steps.get((hist[-1], token_id))  # a token read here before
-        if nxt is not None:
-            hist.append(nxt)
-            return True
+        if 0 <= token_id < g.vocab.size:  # a token read here before: one lookup
+            nxt = g._token_steps.get(hist[-1] * g.vocab.size + token_id)
+            if nxt is not None:
+                hist.append(nxt)
+                return True
         if token_id in g.vocab.eos_set:
             if g.is_complete(self.state):
                 self._terminated = True

@@ -175,18 +175,24 @@ def test_memoised_token_steps_match_fresh_walks(compiler, smollm2_tokenizer):
         states.append(first.state)
     assert len(grammar._token_steps) > 0
     again = grammar.matcher()
+    size = compiler.vocab.size
     for t, prev, state in zip(ids, states, states[1:]):
-        assert (prev, t) in grammar._token_steps
+        assert prev * size + t in grammar._token_steps
         assert again.accept_token(t) and again.state == state
         assert grammar.walk(prev, compiler.vocab.token_bytes[t]) == state
     bad = smollm2_tokenizer.encode("x")[0]
     before = again.state
     for t in (bad, bad, -1, compiler.vocab.size + 7):
         assert not again.accept_token(t) and again.state == before
-    assert all(t not in (bad, -1) for _, t in grammar._token_steps)
+    key = next(iter(grammar._token_steps))
+    probe = grammar.matcher()
+    probe._history = [key // size + 1]  # the same key from the next state and a negative id
+    assert not probe.accept_token(key % size - size)
+    memoised_tokens = {key % size for key in grammar._token_steps}
+    assert bad not in memoised_tokens
     eos = smollm2_tokenizer.eos_token_id
     assert again.accept_token(eos) and not again.accept_token(eos)
-    assert all(t != eos for _, t in grammar._token_steps)
+    assert eos not in {key % size for key in grammar._token_steps}
 
 
 def test_wider_numpy_bitmask_zeroes_its_tail(compiler):
