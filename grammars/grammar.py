@@ -370,10 +370,15 @@ class CompiledGrammar:
             hit = self._walks[key] = self.machine.walk(g, follow, self.vocab)
         return hit
 
-    def remember_token(self, ss: int, token_id: int, nxt: int) -> None:
+    def token_key(self, ss: int, token_id: int) -> int | None:
+        """The key of (state, token) in the memoised token steps; None for an id out of range."""
+        size = self.vocab.size
+        return ss * size + token_id if 0 <= token_id < size else None
+
+    def remember_token(self, key: int, nxt: int) -> None:
         if len(self._token_steps) >= _TOKEN_STEP_CAP:
             self._token_steps.clear()
-        self._token_steps[ss * self.vocab.size + token_id] = nxt
+        self._token_steps[key] = nxt
 
     def jump_forward_bytes(self, ss: int) -> bytes:
         out = bytearray()
@@ -415,8 +420,9 @@ class GrammarMatcher:
         if self._terminated:
             return False
         hist = self._history
-        if 0 <= token_id < g.vocab.size:  # a token read here before: one lookup
-            nxt = g._token_steps.get(hist[-1] * g.vocab.size + token_id)
+        key = g.token_key(hist[-1], token_id)
+        if key is not None:  # a token read here before: one lookup
+            nxt = g._token_steps.get(key)
             if nxt is not None:
                 hist.append(nxt)
                 return True
@@ -434,7 +440,7 @@ class GrammarMatcher:
         nxt = g.walk(self.state, data)
         if not nxt:
             return False
-        g.remember_token(self.state, token_id, nxt)
+        g.remember_token(key, nxt)
         self._history.append(nxt)
         return True
 

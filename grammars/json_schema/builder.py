@@ -38,11 +38,7 @@ from grammars.json_schema.core import (
     node_size,
     shared,
 )
-from grammars.json_schema.negation import (
-    canonical_texts,
-    complement,
-    conditional,
-)
+from grammars.json_schema.negation import canonical_texts, complement, conditional
 from grammars.json_schema.numbers import (
     _NUMBER,
     FRACTIONAL,
