@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -34,6 +35,18 @@ def child_setup(args: ServerArgs) -> None:
         import torch
 
         torch.set_num_threads(args.cpu_threads)
+
+
+def freeze_heap(process: str) -> int:
+    """Move every object alive now (modules, the model, the tokenizer, compiled grammars) out of
+    the cyclic collector's reach, after start-up: with torch loaded, a full collection walks
+    them all (150-280 ms here) and finds nothing to free, a pause in the middle of a decode
+    step. Later objects are collected as before. Returns how many were frozen."""
+    gc.collect()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    logger.info("%s: %d start-up objects frozen out of the cyclic collector", process, frozen)
+    return frozen
 
 
 def wait_readable(sock: zmq.Socket, parent_pid: int) -> None:

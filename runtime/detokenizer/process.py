@@ -10,7 +10,7 @@ import zmq
 
 from runtime.detokenizer.incremental import IncrementalDecoder
 from runtime.faults import inject
-from runtime.ipc import child_setup, pull_socket, push_socket, wait_readable
+from runtime.ipc import child_setup, freeze_heap, pull_socket, push_socket, wait_readable
 from runtime.messages import BatchStrOut, BatchTokenOut, ReqOutput, StrOutput
 from runtime.server_args import ServerArgs
 
@@ -24,6 +24,7 @@ def run_detokenizer_process(
 
     child_setup(args)
     tokenizer = load_tokenizer(tokenizer_folder)
+    freeze_heap("detokenizer")
     ctx = zmq.Context()
     recv = pull_socket(ctx, recv_path)
     send = push_socket(ctx, send_path)

@@ -8,7 +8,9 @@ the two paths agree to float rounding (tests/runtime/model/test_decode_step.py).
 
 It applies when every linear layer runs on the native int4/int8 kernels, activations and the
 KV pool are float32 on the CPU, there is no q/k norm, and the batch has at most
-`NATIVE_ROWS` (runtime/model/quantization.py) decode rows; `NativeDecodeStep.for_model` returns None otherwise.
+`native_rows()` (runtime/model/quantization.py) decode rows; `NativeDecodeStep.for_model`
+returns None otherwise. Where a layer keeps AMX tiles, batches of more than AMX_ROWS rows run
+its products on them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import ctypes
 import torch
 
 from runtime.model import qgemv
+from runtime.model.quantization import AMX_ROWS
 
 
 class _Linear(ctypes.Structure):
@@ -29,6 +32,7 @@ class _Linear(ctypes.Structure):
         ("d", ctypes.c_void_p),
         ("m", ctypes.c_void_p),
         ("bias", ctypes.c_void_p),
+        ("tiles", ctypes.c_void_p),
     ]
 
 
@@ -54,6 +58,7 @@ class _Model(ctypes.Structure):
         ("dim", ctypes.c_int64),
         ("inter", ctypes.c_int64),
         ("pool_slots", ctypes.c_int64),
+        ("amx_rows", ctypes.c_int64),
         ("eps", ctypes.c_float),
         ("cos", ctypes.c_void_p),
         ("sin", ctypes.c_void_p),
@@ -69,7 +74,10 @@ def _linear(module) -> _Linear | None:
     bias = module.bias.data_ptr() if module.bias is not None else None
     bits = 4 if native.kind == "int4" else 8
     m = native.m.data_ptr() if bits == 4 else None
-    return _Linear(bits, native.n, native.k, native.q.data_ptr(), native.scale.data_ptr(), m, bias)
+    tiles = module.matmul.tiles
+    tiles = tiles.data_ptr() if tiles is not None else None
+    q, scale = native.q.data_ptr(), native.scale.data_ptr()
+    return _Linear(bits, native.n, native.k, q, scale, m, bias, tiles)
 
 
 def _is_float32_cpu(*tensors: torch.Tensor) -> bool:
@@ -119,6 +127,7 @@ class NativeDecodeStep:
             cfg.head_dim,
             cfg.intermediate_size,
             kv_pool.k_heads[0].shape[1],
+            AMX_ROWS,
             cfg.rms_norm_eps,
             model.rotary.cos.data_ptr(),
             model.rotary.sin.data_ptr(),

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define GROUP 32
 
@@ -302,6 +304,82 @@ void int8_linear(const int8_t *q, const float *s, int64_t n, int64_t k, const fl
   free(xq), free(xs), free(xsum);
 }
 
+// ---- AMX tiles (Intel Xeon since Sapphire Rapids): bf16 products for batches of many rows ---
+// The weight is a dense bf16 copy laid out as AMX B tiles: tile (j, b) holds rows 16j..16j+15
+// and columns 32b..32b+31 as [16 column pairs][16 rows][2], 1 KB each, tiles of one row block
+// j after another (runtime/model/qgemv.py `amx_tiles`). Activations are rounded to bf16; each
+// tile product accumulates in fp32.
+
+// Asks Linux for the AMX tile state (once per process); 0 when granted.
+int amx_enable(void) {
+  return (int)syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */);
+}
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_config;
+
+// x [rows, k] float -> bf16 (round to nearest even) [padded, k], rows past `rows` zero.
+static uint16_t *bf16_rows(const float *x, int64_t rows, int64_t padded, int64_t k) {
+  uint16_t *out = (uint16_t *)calloc(padded * k, sizeof(uint16_t));
+  for (int64_t i = 0; i < rows * k; i++) {
+    uint32_t u;
+    memcpy(&u, x + i, 4);
+    out[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+  }
+  return out;
+}
+
+// Tiles 0 and 1: two 16 x 16 fp32 blocks of y; 2: 16 rows of x; 3 and 4: two weight tiles.
+__attribute__((target("amx-tile,amx-bf16"))) static void amx_blocks(
+    const uint16_t *w, int64_t n, int64_t k, const uint16_t *x, int64_t padded, float *y,
+    int threads) {
+  int64_t kb = k / 32, nb = n / 16;
+#pragma omp parallel num_threads(threads)
+  {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 5; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    _tile_loadconfig(&cfg);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t j = 0; j < nb; j += 2) {
+      const uint16_t *w0 = w + j * kb * 512, *w1 = w0 + kb * 512;
+      int two = j + 1 < nb;
+      for (int64_t r = 0; r < padded; r += 16) {
+        const uint16_t *xr = x + r * k;
+        _tile_zero(0);
+        _tile_zero(1);
+        for (int64_t b = 0; b < kb; b++) {
+          _tile_loadd(2, xr + b * 32, k * 2);
+          _tile_loadd(3, w0 + b * 512, 64);
+          _tile_dpbf16ps(0, 2, 3);
+          if (two) {
+            _tile_loadd(4, w1 + b * 512, 64);
+            _tile_dpbf16ps(1, 2, 4);
+          }
+        }
+        _tile_stored(0, y + r * n + j * 16, n * 4);
+        if (two) _tile_stored(1, y + r * n + (j + 1) * 16, n * 4);
+      }
+    }
+    _tile_release();
+  }
+}
+
+// y [rows, n] = x [rows, k] (float) @ w.T over the tiles of w; n a multiple of 16, k of 32.
+void amx_linear(const uint16_t *w, int64_t n, int64_t k, const float *x, int64_t rows, float *y,
+                int threads) {
+  int64_t padded = (rows + 15) / 16 * 16;
+  uint16_t *xb = bf16_rows(x, rows, padded, k);
+  float *out = padded == rows ? y : (float *)malloc(sizeof(float) * padded * n);
+  amx_blocks(w, n, k, xb, padded, out, threads);
+  if (out != y) memcpy(y, out, sizeof(float) * rows * n), free(out);
+  free(xb);
+}
+
 // ---- A whole decode step: every layer of a Llama-family decoder in one call ----------------
 // For a batch of decode rows (one new token per request) whose linear layers all run on the
 // kernels above: removes the per-layer calls and the tensor bookkeeping between them, which
@@ -312,6 +390,7 @@ typedef struct {
   int64_t bits, n, k;  // bits: 4 (groups of 32: q, d, m) or 8 (rows: q, d)
   const void *q;
   const float *d, *m, *bias;  // bias may be NULL
+  const uint16_t *tiles;      // the AMX tiles of the weight (amx_linear), or NULL
 } qlinear;
 
 typedef struct {
@@ -322,6 +401,7 @@ typedef struct {
 
 typedef struct {
   int64_t layers, hidden, heads, kv_heads, dim, inter, pool_slots;
+  int64_t amx_rows;  // more rows than this run on a layer's AMX tiles, where it has them
   float eps;
   const float *cos, *sin, *final_norm;  // rotary tables [positions, dim]
   const qlayer *layer;
@@ -332,14 +412,18 @@ typedef struct {  // per-step scratch, sized for `rows` rows
   float *xs, *xsum;
 } rounding;
 
-static void linear_into(const qlinear *w, const float *x, int64_t rows, rounding *r, float *y,
-                        int threads) {
-  quantize_rows(x, rows, w->k, r->xq, r->xs, r->xsum);
-  if (w->bits == 4)
-    int4_matmul((const uint8_t *)w->q, w->d, w->m, w->n, w->k, r->xq, r->xs, r->xsum, rows, y,
-                threads);
-  else
-    int8_matmul((const int8_t *)w->q, w->d, w->n, w->k, r->xq, r->xs, rows, y, threads);
+static void linear_into(const qlinear *w, const float *x, int64_t rows, int64_t amx_rows,
+                        rounding *r, float *y, int threads) {
+  if (w->tiles && rows > amx_rows) {
+    amx_linear(w->tiles, w->n, w->k, x, rows, y, threads);
+  } else {
+    quantize_rows(x, rows, w->k, r->xq, r->xs, r->xsum);
+    if (w->bits == 4)
+      int4_matmul((const uint8_t *)w->q, w->d, w->m, w->n, w->k, r->xq, r->xs, r->xsum, rows,
+                  y, threads);
+    else
+      int8_matmul((const int8_t *)w->q, w->d, w->n, w->k, r->xq, r->xs, rows, y, threads);
+  }
   if (w->bias)
     for (int64_t i = 0; i < rows; i++)
       for (int64_t j = 0; j < w->n; j++) y[i * w->n + j] += w->bias[j];
@@ -368,7 +452,7 @@ void decode_step(const qmodel *m, float *h, int64_t rows, const int64_t *positio
   for (int64_t l = 0; l < m->layers; l++) {
     const qlayer *L = m->layer + l;
     rms_norm(h, hid, L->in_norm, rows, hid, m->eps, xn);
-    linear_into(&L->qkv, xn, rows, &r, qkv, threads);
+    linear_into(&L->qkv, xn, rows, m->amx_rows, &r, qkv, threads);
     rotary_inplace(qkv, qkv_width, rows, m->heads, m->dim, positions, m->cos, m->sin);
     rotary_inplace(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, positions, m->cos, m->sin);
     write_kv(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, out_loc, m->pool_slots, L->k_pool);
@@ -377,12 +461,12 @@ void decode_step(const qmodel *m, float *h, int64_t rows, const int64_t *positio
     decode_attention(qkv, qkv_width, L->k_pool, L->v_pool, m->pool_slots, slots, lmax, lens,
                      rows, m->heads, m->kv_heads, m->dim, 1.0f / sqrtf((float)m->dim), att,
                      threads);
-    linear_into(&L->o, att, rows, &r, tmp, threads);
+    linear_into(&L->o, att, rows, m->amx_rows, &r, tmp, threads);
     add_into(h, tmp, rows * hid);
     rms_norm(h, hid, L->post_norm, rows, hid, m->eps, xn);
-    linear_into(&L->gate_up, xn, rows, &r, gu, threads);
+    linear_into(&L->gate_up, xn, rows, m->amx_rows, &r, gu, threads);
     silu_mul(gu, rows, m->inter, act);
-    linear_into(&L->down, act, rows, &r, tmp, threads);
+    linear_into(&L->down, act, rows, m->amx_rows, &r, tmp, threads);
     add_into(h, tmp, rows * hid);
   }
   rms_norm(h, hid, m->final_norm, rows, hid, m->eps, xn);

@@ -40,7 +40,8 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack([g & 15, g >> 4], dim=2).view(packed.shape[0], -1)
 
 
-def _cpu_flags() -> set[str]:
+@functools.cache
+def cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
             return set(next((line for line in f if line.startswith("flags")), "").split())
@@ -50,7 +51,7 @@ def _cpu_flags() -> set[str]:
 
 @functools.cache
 def load() -> ctypes.CDLL | None:
-    if os.environ.get("RADIXGEN_NO_NATIVE_KERNELS") or not {"avx2", "fma"} <= _cpu_flags():
+    if os.environ.get("RADIXGEN_NO_NATIVE_KERNELS") or not {"avx2", "fma"} <= cpu_flags():
         return None
     compiler = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
     if compiler is None:
@@ -87,6 +88,7 @@ def load() -> ctypes.CDLL | None:
     lib.write_kv.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _I64, _P]
     lib.silu_mul.argtypes = [_P, _I64, _I64, _P]
     lib.decode_step.argtypes = [_P, _P, _I64, _P, _P, _P, _I64, _P, _INT]
+    lib.amx_linear.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
     return lib
 
 
@@ -235,3 +237,19 @@ class NativeMatmul:
                 _ptr(self.q), _ptr(self.scale), self.n, self.k, _ptr(out), threads
             )
         return out
+
+
+def amx_tiles(w: torch.Tensor) -> torch.Tensor:
+    """A [n, k] weight as bf16 AMX B tiles (qgemv.c `amx_linear`): n a multiple of 16, k of 32."""
+    n, k = w.shape
+    tiles = w.to(torch.bfloat16).view(n // 16, 16, k // 32, 16, 2).permute(0, 2, 3, 1, 4)
+    return tiles.contiguous()
+
+
+def amx_linear(tiles: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """x [rows, k] float32 @ W.T [k, n] on AMX tiles (x rounded to bf16, fp32 sums)."""
+    n, k = tiles.shape[0] * 16, tiles.shape[1] * 32
+    x = x.to(torch.float32).contiguous()
+    y = torch.empty(x.shape[0], n)
+    load().amx_linear(_ptr(tiles), n, k, _ptr(x), x.shape[0], _ptr(y), torch.get_num_threads())
+    return y

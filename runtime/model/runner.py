@@ -9,6 +9,7 @@ import time
 import torch
 
 from runtime.cache.memory_pool import ReqToTokenPool, TokenToKVPool
+from runtime.model import qgemv
 from runtime.model.attention.base import ForwardBatch
 from runtime.model.attention.registry import create_attention_backend
 from runtime.model.config import ModelConfig
@@ -40,21 +41,21 @@ def pick_device(name: str) -> str:
 def cpu_has_native_bf16() -> bool:
     """Whether the CPU computes in bf16 itself (AVX512-BF16 or AMX); without it torch converts
     every bf16 operand to fp32 and back, which makes bf16 slower than fp32."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return bool({"avx512_bf16", "amx_bf16"} & qgemv.cpu_flags())
 
 
-def pick_dtype(name: str, device: str = "cpu") -> torch.dtype:
+def pick_dtype(name: str, device: str = "cpu", quantized: bool = False) -> torch.dtype:
     """`auto`: bf16 on CUDA and on CPUs with native bf16 (there decode reads half the bytes:
     1.6x faster than fp32 single-stream, README); fp32 on other CPUs, where bf16 prefill was
-    measured 6.9x and batch-16 decode 3.4x slower than fp32 (benchmarks/bench_dtype.py)."""
+    measured 6.9x and batch-16 decode 3.4x slower than fp32 (benchmarks/bench_dtype.py).
+    With quantized weights (`quantized`) on the CPU, activations are fp32 everywhere: the
+    weights' bytes are what decode reads, and our kernels and whole-step decode take fp32
+    (bf16 activations cost the int4 SmolLM2 half its batch-1 speed on a Xeon with AMX)."""
     if name != "auto":
         return _DTYPES[name]
-    return torch.bfloat16 if device != "cpu" or cpu_has_native_bf16() else torch.float32
+    if device == "cpu" and (quantized or not cpu_has_native_bf16()):
+        return torch.float32
+    return torch.bfloat16
 
 
 _INT4_TYPES = ("Q4_0", "Q4_1", "Q4_K")
@@ -98,12 +99,12 @@ class ModelRunner:
         self.args = args
         parallel = parallel or ParallelConfig()
         self.device = pick_device(args.device)
-        self.dtype = pick_dtype(args.dtype, self.device)
         self.model_folder = resolve_model_path(args.model_path)
         self.gguf_path = gguf_file(args.model_path)
         self.quantization = pick_quantization(
             args.quantization, self.device, self.gguf_path, parallel.tp_size
         )
+        self.dtype = pick_dtype(args.dtype, self.device, self.quantization is not None)
         self.config = ModelConfig.from_folder(self.model_folder)
         check_shapes(self.config, parallel.tp_size)
         if parallel.tp_size > 1 and self.device == "cpu" and args.cpu_threads is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from runtime.ipc import child_setup, pull_socket, push_socket, wait_readable
+from runtime.ipc import child_setup, freeze_heap, pull_socket, push_socket, wait_readable
 from runtime.messages import (
     AbortReq,
     BatchTokenOut,
@@ -235,6 +235,7 @@ def run_scheduler_process(
     try:
         loop = SchedulerLoop(args, recv_path, send_path, parent_pid, worker, parallel)
         loop.warm_up()
+        freeze_heap("scheduler")
         sch = loop.scheduler
         logger.info(
             "%smodel %s on %s%s (%s), context %d, KV pool %d tokens, %s, policy %s, "
@@ -289,6 +290,7 @@ def run_tp_rank_process(args: ServerArgs, parallel: ParallelConfig, ready) -> No
     except Exception:
         ready.send({"status": "error", "error": traceback.format_exc()})
         os._exit(1)
+    freeze_heap(f"tensor-parallel rank {parallel.tp_rank}")
     try:
         runner.serve_steps()
     except TensorParallelError as exc:

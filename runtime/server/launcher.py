@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 
+from runtime.ipc import freeze_heap
 from runtime.model.parallel import ParallelConfig, group_init_method
 from runtime.server.connections import header_timeout_protocol
 from runtime.server.http_server import create_app
@@ -321,6 +322,7 @@ def launch_server(args: ServerArgs) -> int:
             timeout_graceful_shutdown=args.shutdown_timeout + RESPONSE_GRACE,
         )
         server = http_server(config, tm, args.shutdown_timeout)
+        freeze_heap("server")
 
         crashed = []
 

@@ -20,7 +20,7 @@ from runtime.model.layers import (
     RowParallelLinear,
 )
 from runtime.model.parallel import TensorParallel, head_shard
-from runtime.model.quantization import NATIVE_ROWS
+from runtime.model.quantization import native_rows
 
 
 class Attention(nn.Module):
@@ -156,7 +156,7 @@ class LlamaForCausalLM(nn.Module):
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
         h = self._embed(batch.input_ids, self.norm.weight.dtype)
-        decode = backend.decode_slots(batch) if batch.num_tokens <= NATIVE_ROWS else None
+        decode = backend.decode_slots(batch) if batch.num_tokens <= native_rows() else None
         if decode is not None and self._native_step(backend) is not None:
             return self._step(h, batch.positions, batch.out_cache_loc, *decode)
         rope = self.rotary.for_batch(batch.positions, h.dtype)

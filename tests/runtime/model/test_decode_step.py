@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from runtime.model import qgemv
+from runtime.model import quantization as quantization_module
 from runtime.model.decode_step import NativeDecodeStep
 from tests.runtime.conftest import TINY_VARIANTS, make_tiny_model
 from tests.runtime.model.test_model_executor import DirectRunner
@@ -29,11 +30,16 @@ def decode_logits(runner: DirectRunner, steps: int) -> list[torch.Tensor]:
     return out
 
 
+@pytest.mark.parametrize("amx", [False, True])
 @pytest.mark.parametrize("quantization", ["int4", "int8"])
 @pytest.mark.parametrize("variant", ["llama", "llama-untied-llama3rope", "qwen2"])
 def test_native_step_equals_the_layer_by_layer_path(
-    variant, quantization, tmp_path, smollm2_folder, monkeypatch
+    variant, quantization, amx, tmp_path, smollm2_folder, monkeypatch
 ):
+    if amx and not quantization_module.amx_bf16():
+        pytest.skip("no AMX tiles on this CPU")
+    if not amx:
+        monkeypatch.setattr(quantization_module, "amx_bf16", lambda: False)
     model_type, overrides = TINY_VARIANTS[variant]
     folder = make_tiny_model(str(tmp_path), smollm2_folder, model_type, **overrides)
     calls = []

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from runtime.model import qgemv
+from runtime.model import qgemv, quantization
 from runtime.model.layers import RMSNorm, RotaryEmbedding, apply_rotary
 from runtime.model.loader import alias_gguf_path, gguf_file
 from runtime.model.quantization import (
@@ -53,20 +53,26 @@ def test_pack_unpack_round_trip_and_rounding_bounds():
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
-@pytest.mark.parametrize("use_native", [True, False])
-def test_every_matmul_path_matches_the_dense_product(kind, use_native, monkeypatch):
-    if use_native and qgemv.load() is None:
+@pytest.mark.parametrize("path", ["native", "torch", "amx"])
+def test_every_matmul_path_matches_the_dense_product(kind, path, monkeypatch):
+    if path != "torch" and qgemv.load() is None:
         pytest.skip("no AVX2 CPU or C compiler")
-    if not use_native:
+    if path == "amx" and not quantization.amx_bf16():
+        pytest.skip("no AMX tiles on this CPU")
+    if path != "amx":
+        monkeypatch.setattr(quantization, "amx_bf16", lambda: False)
+    if path == "torch":
         monkeypatch.setattr(qgemv, "load", lambda: None)  # torch's weight-only kernels
     torch.manual_seed(0)
     w, bias = torch.randn(160, 96), torch.randn(160)
     q = quantize(w, kind)
     matmul = QuantizedMatmul(q)
-    assert (matmul.native is not None) == use_native
+    assert (matmul.native is not None) == (path != "torch")
+    assert (matmul.tiles is not None) == (path == "amx")
     dense = q.dequantize()
-    # native kernels: int16 activations; torch's: bf16 activations and output
-    tolerance = 1e-4 if use_native else 2e-2
+    # native kernels: int16 activations; torch's: bf16 activations and output; AMX: bf16
+    # activations and weights past one row
+    tolerance = {"native": 1e-4, "torch": 2e-2, "amx": 1e-2}[path]
     for rows in (1, 3, 4, 5, 16, 17, 80):
         x = torch.randn(rows, 96)
         ref = x @ dense.T + bias
@@ -74,6 +80,19 @@ def test_every_matmul_path_matches_the_dense_product(kind, use_native, monkeypat
         assert err < tolerance, (rows, float(err))
     ids = torch.tensor([3, 0, 159])
     assert torch.equal(matmul.rows(ids, torch.float32), dense[ids])
+
+
+@pytest.mark.skipif(not quantization.amx_bf16(), reason="no AMX tiles on this CPU")
+def test_amx_tiles_multiply_like_torch_on_bf16_values():
+    torch.manual_seed(0)
+    for n, k in ((48, 64), (160, 96), (576, 1536)):  # an odd number of 16-row tiles first
+        w = torch.randn(n, k).to(torch.bfloat16)
+        tiles = qgemv.amx_tiles(w)
+        for rows in (1, 5, 16, 17, 40):
+            x = torch.randn(rows, k)
+            ref = x.to(torch.bfloat16).double() @ w.double().T  # bf16 inputs, exact sums
+            err = (qgemv.amx_linear(tiles, x).double() - ref).abs().max() / ref.abs().max()
+            assert err < 1e-5, (n, k, rows, float(err))
 
 
 @native

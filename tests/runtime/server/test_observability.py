@@ -1,5 +1,6 @@
 """What an operator sees: a start-up summary, a throughput line while requests run, request
-logs at debug level, and a real time-to-first-token for non-streaming requests."""
+logs at debug level, and a real time-to-first-token for non-streaming requests; each process's
+start-up heap frozen out of the cyclic collector."""
 
 import re
 
@@ -38,6 +39,9 @@ def test_logs_and_time_to_first_token(server):
         log,
     )
     assert "request story-1: 6 prompt tokens, max_new_tokens 120" in log
+    for process in ("scheduler", "detokenizer", "server"):  # no full collection walks these
+        frozen = re.search(rf"{process}: (\d+) start-up objects frozen", log)
+        assert frozen and int(frozen.group(1)) > 10_000, process
     assert "request story-1 finished (length): 120 output tokens" in log
     line = re.search(
         r"running \d+, waiting \d+ \| prefill [\d.]+ tok/s, decode ([\d.]+) tok/s", log
