@@ -28,6 +28,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ENGINES = {
     "radixgen-int4": {"quantization": "int4", "dtype": "float32"},
+    # the same without AMX tiles (what a CPU without them runs: the int4 codes at every size)
+    "radixgen-int4-no-amx": {"quantization": "int4", "dtype": "float32"},
     "radixgen-float32": {"quantization": "none", "dtype": "float32"},
     "radixgen-bf16": {"quantization": "none", "dtype": "bfloat16"},
     # tensor parallelism over gloo, for information (the two ranks split --threads between
@@ -36,6 +38,7 @@ ENGINES = {
     "transformers-bf16": {},
     "llama.cpp": {},
 }
+ENVIRONMENTS = {"radixgen-int4-no-amx": {"RADIXGEN_NO_AMX": "1"}}
 PREFILLS = {"prefill_512": list(range(1000, 1512)), "prefill_2048": list(range(2000, 4048))}
 
 
@@ -166,7 +169,8 @@ def measure(name: str, args) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--worker", name]
     command += ["--threads", str(args.threads), "--tokens", str(args.tokens)]
     command += ["--batch-tokens", str(args.batch_tokens)]
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
+    env = {**os.environ, **ENVIRONMENTS.get(name, {})}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{name} failed:\n{done.stderr[-3000:]}")
@@ -184,6 +188,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker, args)
+    from runtime.model.quantization import amx_bf16
+
+    print(f"AMX tiles on this CPU: {'yes' if amx_bf16() else 'no'}")
     names = [n for n in args.engines.split(",") if n]
     skipped = [n for n in names if not available(n)]
     names = [n for n in names if n not in skipped]
@@ -223,6 +230,7 @@ def main() -> None:
         json.dumps(
             {
                 "bench": "cpu",
+                "cpu_amx_tiles": amx_bf16(),
                 "threads": args.threads,
                 "rounds": args.rounds,
                 "skipped": skipped,
