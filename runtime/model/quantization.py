@@ -134,8 +134,35 @@ def from_gguf_q4(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> Qu
     return QuantizedTensor("int4", q, scale, torch.from_numpy(m) + 8 * scale)
 
 
+def from_gguf_q4_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
+    """A GGUF Q4_K tensor as int4, exactly: each super-block of 256 (f16 d and dmin, 12 bytes of
+    6-bit scales and minimums, 128 bytes of codes) is 8 groups of 32 with w = q * (d * sc) -
+    dmin * mn, both products exact in float32. Bytes 32c..32c+31 of the codes hold groups 2c
+    (low nibbles) and 2c + 1 (high nibbles)."""
+    raw = np.ascontiguousarray(blocks).reshape(rows, cols // 256, 144)
+    d = raw[..., 0:2].copy().view(np.float16).astype(np.float32)  # [rows, blocks, 1]
+    dmin = raw[..., 2:4].copy().view(np.float16).astype(np.float32)
+    low, mid, high = raw[..., 4:8], raw[..., 8:12], raw[..., 12:16]
+    sc = np.concatenate([low & 63, (high & 15) | ((low >> 6) << 4)], axis=-1)
+    mn = np.concatenate([mid & 63, (high >> 4) | ((mid >> 6) << 4)], axis=-1)
+    scale = (d * sc.astype(np.float32)).reshape(rows, cols // GROUP)
+    m = -(dmin * mn.astype(np.float32)).reshape(rows, cols // GROUP)
+    qs = raw[..., 16:].reshape(rows, cols // 256, 4, 1, 32)
+    codes = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(rows, cols)
+    q = pack_int4(torch.from_numpy(np.ascontiguousarray(codes)))
+    scale_t = torch.from_numpy(scale)
+    return QuantizedTensor("int4", q, scale_t, torch.from_numpy(m) + 8 * scale_t)
+
+
 # GGUF tensor types whose blocks map exactly onto int4 groups of 32.
-INT4_EXACT_TYPES = ("Q4_0", "Q4_1")
+INT4_EXACT_TYPES = ("Q4_0", "Q4_1", "Q4_K")
+
+
+def from_gguf_int4(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> QuantizedTensor:
+    """A tensor of one of INT4_EXACT_TYPES (raw bytes, a row of blocks per weight row)."""
+    if kind_name == "Q4_K":
+        return from_gguf_q4_k(blocks, rows, cols)
+    return from_gguf_q4(blocks, kind_name, rows, cols)
 
 
 def read_gguf_weights(gguf_path: str, kind: str):
@@ -155,7 +182,7 @@ def read_gguf_weights(gguf_path: str, kind: str):
 def _from_blocks(blocks) -> QuantizedTensor:
     from runtime.model.gguf_convert import unpermute_rotary
 
-    q4 = from_gguf_q4(blocks.data, blocks.type_name, blocks.rows, blocks.cols)
+    q4 = from_gguf_int4(blocks.data, blocks.type_name, blocks.rows, blocks.cols)
     if blocks.heads is None:
         return q4
     # rows move whole, so their codes, scales and minimums follow them

@@ -12,6 +12,7 @@ from runtime.model.loader import alias_gguf_path, gguf_file
 from runtime.model.quantization import (
     QuantizationError,
     QuantizedMatmul,
+    from_gguf_int4,
     from_gguf_q4,
     pack_int4,
     quantize,
@@ -37,6 +38,32 @@ def test_q4_1_blocks_become_int4_codes_equal_to_the_files_values():
     lib = qgemv.load()
     if lib is not None:  # the kernels' own dequantization reads the same values
         assert torch.allclose(qgemv.NativeMatmul(lib, ours).dequantize(), reference, atol=1e-6)
+
+
+def test_q4_k_blocks_become_int4_codes_equal_to_the_files_values():
+    import numpy as np
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    rng = np.random.default_rng(0)
+    rows, cols = 6, 512  # two super-blocks of 256 a row
+    raw = rng.integers(0, 256, (rows, cols // 256, 144), dtype=np.uint8)
+    halves = rng.uniform(0.001, 0.05, (rows, cols // 256, 2)).astype(np.float16)
+    raw[..., 0:4] = halves.view(np.uint8)  # d and dmin: finite, as a quantizer writes them
+    reference = dequantize(raw.reshape(rows, -1), GGMLQuantizationType.Q4_K).reshape(rows, cols)
+    ours = from_gguf_int4(raw.reshape(rows, -1), "Q4_K", rows, cols)
+    assert ours.kind == "int4" and ours.q.shape == (rows, cols // 2)
+    reference = torch.from_numpy(reference)
+    assert torch.allclose(ours.dequantize(), reference, rtol=1e-6, atol=1e-6)
+    lib = qgemv.load()
+    if lib is not None:  # the kernels read the same values
+        assert torch.allclose(qgemv.NativeMatmul(lib, ours).dequantize(), reference, atol=1e-6)
+        torch.manual_seed(0)
+        matmul = QuantizedMatmul(ours)
+        for rows, tolerance in ((1, 1e-4), (3, 1e-2)):  # 3 rows: AMX tiles' bf16, where present
+            x = torch.randn(rows, cols)
+            ref = x @ reference.T
+            assert (matmul(x) - ref).abs().max() / ref.abs().max() < tolerance
 
 
 def test_pack_unpack_round_trip_and_rounding_bounds():
