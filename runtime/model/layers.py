@@ -37,7 +37,10 @@ class _QuantizedBlocks:
         self.kind, self.parts, self.matmul = kind, [None] * n_blocks, None
 
     def load(self, block: int, full, rows: int, start: int) -> QuantizedMatmul | None:
-        """Store block `block` (a float tensor or a QuantizedTensor); the matmul once all are in."""
+        """Store block `block` (a float tensor or a QuantizedTensor); the matmul once all are in.
+        Codes of another kind (a file's Q8_0 matrix in an int4 layer) are rounded to this one."""
+        if isinstance(full, QuantizedTensor) and full.kind != self.kind:
+            full = full.dequantize()
         if not isinstance(full, QuantizedTensor):
             full = quantize(full.narrow(0, start, rows), self.kind)
         elif full.rows != rows:

@@ -3,7 +3,7 @@
 // y[r, n] = sum_k x[r, k] * w[n, k] with w kept quantized:
 //   int4: w = q * d[n, g] + m[n, g], q in [0, 15], groups of 32 along k, two codes a byte in
 //         GGUF's layout (half the bytes of one code a byte: decode reads the weights once a step);
-//   int8: w = q * s[n], q in [-127, 127].
+//   int8: w = q * d[n, g], q in [-127, 127], groups of 32 along k.
 // x is first rounded to int16 per group of 32 (xq * xs; llama.cpp rounds to int8 instead, which
 // cost 0.8% perplexity here), so each group is one exact integer dot product; the m term uses
 // the float sum of the group.
@@ -128,8 +128,8 @@ void int4_matmul(const uint8_t *q, const float *d, const float *m, int64_t n, in
 }
 
 static inline __attribute__((always_inline)) void int8_row(
-    const int8_t *qo, int64_t groups, int64_t k, const int16_t *xq, const float *xs, int64_t n,
-    float so, float *y, const int R) {
+    const int8_t *qo, const float *dd, int64_t groups, int64_t k, const int16_t *xq,
+    const float *xs, int64_t n, float *y, const int R) {
   __m256 acc[4];
   for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; g++) {
@@ -137,27 +137,29 @@ static inline __attribute__((always_inline)) void int8_row(
     __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qo + g * GROUP + 16)));
     for (int r = 0; r < R; r++) {
       __m256 p = _mm256_cvtepi32_ps(dot32(w0, w1, xq + r * k + g * GROUP));
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xs[r * groups + g]), p, acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dd[g] * xs[r * groups + g]), p, acc[r]);
     }
   }
-  for (int r = 0; r < R; r++) y[r * n] = hsum(acc[r]) * so;
+  for (int r = 0; r < R; r++) y[r * n] = hsum(acc[r]);
 }
 
-void int8_matmul(const int8_t *q, const float *s, int64_t n, int64_t k, const int16_t *xq,
+// int8 codes with one scale per group of 32 of each row (d [n, k / 32]).
+void int8_matmul(const int8_t *q, const float *d, int64_t n, int64_t k, const int16_t *xq,
                  const float *xs, int64_t rows, float *y, int threads) {
   int64_t groups = k / GROUP;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
   for (int64_t o = 0; o < n; o++) {
     const int8_t *qo = q + o * k;
+    const float *dd = d + o * groups;
     for (int64_t r = 0; r < rows; r += 4) {
       const int16_t *x = xq + r * k;
       const float *sc = xs + r * groups;
       float *out = y + r * n + o;
       switch (rows - r < 4 ? rows - r : 4) {
-        case 1: int8_row(qo, groups, k, x, sc, n, s[o], out, 1); break;
-        case 2: int8_row(qo, groups, k, x, sc, n, s[o], out, 2); break;
-        case 3: int8_row(qo, groups, k, x, sc, n, s[o], out, 3); break;
-        default: int8_row(qo, groups, k, x, sc, n, s[o], out, 4); break;
+        case 1: int8_row(qo, dd, groups, k, x, sc, n, out, 1); break;
+        case 2: int8_row(qo, dd, groups, k, x, sc, n, out, 2); break;
+        case 3: int8_row(qo, dd, groups, k, x, sc, n, out, 3); break;
+        default: int8_row(qo, dd, groups, k, x, sc, n, out, 4); break;
       }
     }
   }
@@ -181,11 +183,12 @@ void int4_dequantize(const uint8_t *q, const float *d, const float *m, int64_t n
   }
 }
 
-void int8_dequantize(const int8_t *q, const float *s, int64_t n, int64_t k, float *out,
+void int8_dequantize(const int8_t *q, const float *d, int64_t n, int64_t k, float *out,
                      int threads) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
   for (int64_t o = 0; o < n; o++)
-    for (int64_t j = 0; j < k; j++) out[o * k + j] = (float)q[o * k + j] * s[o];
+    for (int64_t j = 0; j < k; j++)
+      out[o * k + j] = (float)q[o * k + j] * d[o * (k / GROUP) + j / GROUP];
 }
 
 // RMSNorm of each row of x [rows, dim] (row stride `stride`), times w: out [rows, dim].
@@ -396,7 +399,7 @@ void amx_linear(const uint16_t *w, int64_t n, int64_t k, const float *x, int64_t
 // the ctypes structures of runtime/model/decode_step.py.
 
 typedef struct {
-  int64_t bits, n, k;  // bits: 4 (groups of 32: q, d, m) or 8 (rows: q, d)
+  int64_t bits, n, k;  // bits: 4 (groups of 32: q, d, m) or 8 (groups of 32: q, d)
   const void *q;
   const float *d, *m, *bias;  // bias may be NULL
   const uint16_t *tiles;      // the AMX tiles of the weight (amx_linear), or NULL

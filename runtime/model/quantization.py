@@ -1,19 +1,21 @@
-"""Weight-only quantized weights for the CPU: int8 per output row, or int4 in groups of 32.
+"""Weight-only quantized weights for the CPU: int8 or int4, in groups of 32 along each row.
 
 A `QuantizedTensor` is a row-local code for a [rows, cols] weight (every row quantized on its
 own), so the blocks of a merged layer (q|k|v, gate|up) are quantized one by one and their rows
 concatenated:
 
-- int8: w = q * scale[row], q in [-127, 127].
-- int4: w = (q - 8) * scale[row, group] + zero[row, group], q in [0, 15], groups of 32 along
-  the row, two codes a byte in GGUF's layout. GGUF Q4_0 (w = (q - 8) * d) and Q4_1
-  (w = q * d + m, so zero = m + 8 d) blocks map onto it exactly, so the file's own 4-bit codes
-  are kept, not rounded a second time.
+- int8: w = q * scale[row, group], q in [-127, 127]. GGUF Q8_0 blocks (f16 d, 32 codes) map
+  onto it exactly.
+- int4: w = (q - 8) * scale[row, group] + zero[row, group], q in [0, 15], two codes a byte in
+  GGUF's layout. GGUF Q4_0 (w = (q - 8) * d), Q4_1 (w = q * d + m, so zero = m + 8 d) and
+  Q4_K blocks map onto it exactly.
+
+So a file's own codes are kept, not rounded a second time.
 
 `QuantizedMatmul` runs the few rows of a decode step on our AVX2 kernels over the codes
 themselves (runtime/model/qgemv.c; activations rounded to int16 per group of 32) or, where
-those do not build, on torch's weight-only kernels (bf16 activations and scales:
-`_weight_int8pack_mm`, `_weight_int4pack_mm_for_cpu`); long extends run a dense GEMM over the
+those do not build, on torch's weight-only kernel for int4 (`_weight_int4pack_mm_for_cpu`,
+bf16 activations and scales) and a bf16 copy for int8; long extends run a dense GEMM over the
 dequantized weight, where the kernels lose (benchmarks/bench_cpu.py).
 """
 
@@ -63,9 +65,9 @@ class QuantizationError(ValueError):
 
 @dataclass
 class QuantizedTensor:
-    """Row-local quantized [rows, cols] weight. int8: `q` int8 [rows, cols], `scale` [rows].
-    int4: `q` uint8 [rows, cols // 2] (byte j of a group holds element j in its low nibble and
-    element j + 16 in its high one, GGUF's layout), `scale` and `zero` [rows, cols // 32]."""
+    """Row-local quantized [rows, cols] weight, `scale` [rows, cols // 32]. int8: `q` int8
+    [rows, cols]. int4: `q` uint8 [rows, cols // 2] (byte j of a group holds element j in its
+    low nibble and element j + 16 in its high one, GGUF's layout), `zero` [rows, cols // 32]."""
 
     kind: str
     q: torch.Tensor
@@ -88,7 +90,8 @@ class QuantizedTensor:
                 out[start : start + part.rows] = part.dequantize(dtype)
             return out
         if self.kind == "int8":
-            return (self.q.to(torch.float32) * self.scale[:, None]).to(dtype)
+            w = self.q.to(torch.float32).view(self.rows, -1, GROUP) * self.scale[..., None]
+            return w.view(self.rows, self.cols).to(dtype)
         codes = unpack_int4(self.q).to(torch.float32).view(self.rows, -1, GROUP)
         w = (codes - 8) * self.scale[..., None] + self.zero[..., None]
         return w.view(self.rows, self.cols).to(dtype)
@@ -103,17 +106,18 @@ class QuantizedTensor:
 
 
 def quantize(w: torch.Tensor, kind: str) -> QuantizedTensor:
-    """Round a float [rows, cols] weight to `kind` (symmetric int8 rows; min/max int4 groups)."""
+    """Round a float [rows, cols] weight to `kind` (symmetric int8 groups; min/max int4
+    groups)."""
     if w.shape[0] > _CHUNK_ROWS:  # a large matrix (the embedding) a slice at a time
         return concat_rows([quantize(part, kind) for part in w.split(_CHUNK_ROWS)])
-    w = w.to(torch.float32)
-    if kind == "int8":
-        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
-        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-        return QuantizedTensor("int8", q, scale)
     if w.shape[1] % GROUP:
-        raise QuantizationError(f"int4 needs rows of a multiple of {GROUP} values, got {w.shape}")
+        raise QuantizationError(f"{kind} needs rows of a multiple of {GROUP} values, got {w.shape}")
+    w = w.to(torch.float32)
     groups = w.view(w.shape[0], -1, GROUP)
+    if kind == "int8":
+        scale = groups.abs().amax(dim=2).clamp(min=1e-12) / 127
+        q = torch.round(groups / scale[..., None]).clamp(-127, 127).to(torch.int8)
+        return QuantizedTensor("int8", q.view(w.shape), scale)
     low, high = groups.amin(dim=2), groups.amax(dim=2)
     scale = ((high - low) / 15).clamp(min=1e-12)
     codes = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15)
@@ -154,24 +158,36 @@ def from_gguf_q4_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
     return QuantizedTensor("int4", q, scale_t, torch.from_numpy(m) + 8 * scale_t)
 
 
-# GGUF tensor types whose blocks map exactly onto int4 groups of 32.
-INT4_EXACT_TYPES = ("Q4_0", "Q4_1", "Q4_K")
+def from_gguf_q8_0(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
+    """A GGUF Q8_0 tensor (blocks of f16 d and 32 int8 codes) as int8 groups, exactly."""
+    raw = np.ascontiguousarray(blocks).reshape(rows, cols // GROUP, 2 + GROUP)
+    d = raw[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    q = raw[..., 2:].copy().view(np.int8).reshape(rows, cols)
+    return QuantizedTensor("int8", torch.from_numpy(q), torch.from_numpy(d))
 
 
-def from_gguf_int4(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> QuantizedTensor:
-    """A tensor of one of INT4_EXACT_TYPES (raw bytes, a row of blocks per weight row)."""
+# GGUF tensor types whose blocks map exactly onto our groups of 32, and the kind they become.
+EXACT_TYPES = {"Q4_0": "int4", "Q4_1": "int4", "Q4_K": "int4", "Q8_0": "int8"}
+
+
+def from_gguf_blocks(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> QuantizedTensor:
+    """A tensor of one of EXACT_TYPES (raw bytes, a row of blocks per weight row)."""
     if kind_name == "Q4_K":
         return from_gguf_q4_k(blocks, rows, cols)
+    if kind_name == "Q8_0":
+        return from_gguf_q8_0(blocks, rows, cols)
     return from_gguf_q4(blocks, kind_name, rows, cols)
 
 
 def read_gguf_weights(gguf_path: str, kind: str):
     """Yield (Hugging Face name, weight) straight from a GGUF file: a QuantizedTensor of the
-    file's own codes for each Q4_0 / Q4_1 matrix when `kind` is int4, else a float32 tensor."""
+    file's own codes for each matrix of EXACT_TYPES (all of them for int4; Q8_0 alone for
+    int8), else a float32 tensor. A layer given codes of the other kind rounds their values
+    to its own (runtime/model/layers.py)."""
     from runtime.model.gguf_convert import GGUFBlocks, iter_gguf_weights, open_gguf
 
     reader, config, arch = open_gguf(gguf_path)
-    keep = INT4_EXACT_TYPES if kind == "int4" else ()
+    keep = tuple(t for t, k in EXACT_TYPES.items() if kind == "int4" or k == kind)
     for name, weight in iter_gguf_weights(reader, config, arch, keep):
         if isinstance(weight, GGUFBlocks):
             yield name, _from_blocks(weight)
@@ -182,12 +198,16 @@ def read_gguf_weights(gguf_path: str, kind: str):
 def _from_blocks(blocks) -> QuantizedTensor:
     from runtime.model.gguf_convert import unpermute_rotary
 
-    q4 = from_gguf_int4(blocks.data, blocks.type_name, blocks.rows, blocks.cols)
+    w = from_gguf_blocks(blocks.data, blocks.type_name, blocks.rows, blocks.cols)
     if blocks.heads is None:
-        return q4
-    # rows move whole, so their codes, scales and minimums follow them
-    parts = (unpermute_rotary(x.numpy(), blocks.heads) for x in (q4.q, q4.scale, q4.zero))
-    return QuantizedTensor("int4", *(torch.from_numpy(np.ascontiguousarray(x)) for x in parts))
+        return w
+
+    def rows(x: torch.Tensor | None) -> torch.Tensor | None:
+        # rows move whole, so their codes, scales and minimums follow them
+        moved = None if x is None else unpermute_rotary(x.numpy(), blocks.heads)
+        return None if moved is None else torch.from_numpy(np.ascontiguousarray(moved))
+
+    return QuantizedTensor(w.kind, rows(w.q), rows(w.scale), rows(w.zero))
 
 
 def concat_rows(parts: list[QuantizedTensor]) -> QuantizedTensor:
@@ -214,9 +234,8 @@ class QuantizedMatmul:
             self.tiles, self.kernel_rows = qgemv.amx_tiles(w.dequantize(torch.bfloat16)), AMX_ROWS
         if self.native is not None:
             self.packed = self.scales = None
-        elif w.kind == "int8":
-            self.packed = w.q
-            self.scales = w.scale.to(torch.bfloat16)
+        elif w.kind == "int8":  # torch's int8 kernel has no groups: a bf16 copy
+            self.packed, self.scales = w.dequantize(torch.bfloat16), None
         else:
             self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
                 unpack_int4(w.q).to(torch.int32), 1
@@ -233,7 +252,7 @@ class QuantizedMatmul:
         if self.native is not None:
             y = self.native(x)
         elif self.w.kind == "int8":
-            y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.packed, self.scales)
+            y = F.linear(x.to(torch.bfloat16), self.packed)
         else:
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(
                 x.to(torch.bfloat16), self.packed, GROUP, self.scales
@@ -254,8 +273,6 @@ class QuantizedMatmul:
         parts = [self.w.q, self.w.scale, self.w.zero, self.tiles]
         if self.native is not None:
             parts += [self.native.m]
-        elif self.w.kind == "int4":
-            parts += [self.packed, self.scales]
         else:
-            parts += [self.scales]
+            parts += [self.packed, self.scales]
         return sum(t.numel() * t.element_size() for t in parts if t is not None)

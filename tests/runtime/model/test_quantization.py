@@ -12,7 +12,7 @@ from runtime.model.loader import alias_gguf_path, gguf_file
 from runtime.model.quantization import (
     QuantizationError,
     QuantizedMatmul,
-    from_gguf_int4,
+    from_gguf_blocks,
     from_gguf_q4,
     pack_int4,
     quantize,
@@ -40,6 +40,29 @@ def test_q4_1_blocks_become_int4_codes_equal_to_the_files_values():
         assert torch.allclose(qgemv.NativeMatmul(lib, ours).dequantize(), reference, atol=1e-6)
 
 
+def test_q8_0_blocks_become_int8_codes_equal_to_the_files_values():
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from runtime.model.quantization import read_gguf_weights
+
+    reader = GGUFReader(alias_gguf_path("smollm2"))
+    t = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    assert t.tensor_type.name == "Q8_0"  # the embedding and tied LM head
+    rows, cols = (int(d) for d in reversed(t.shape))
+    reference = torch.from_numpy(dequantize(t.data, t.tensor_type).reshape(rows, cols))
+    ours = from_gguf_blocks(t.data, "Q8_0", rows, cols)
+    assert ours.kind == "int8" and torch.equal(ours.dequantize(), reference)
+    lib = qgemv.load()
+    if lib is not None:
+        assert torch.equal(qgemv.NativeMatmul(lib, ours).dequantize(), reference)
+    # what a model loads: the file's codes, for int4 and int8 models alike
+    for kind in ("int4", "int8"):
+        weights = dict(read_gguf_weights(alias_gguf_path("smollm2"), kind))
+        embedding = weights["model.embed_tokens.weight"]
+        assert embedding.kind == "int8" and torch.equal(embedding.dequantize(), reference)
+
+
 def test_q4_k_blocks_become_int4_codes_equal_to_the_files_values():
     import numpy as np
     from gguf import GGMLQuantizationType
@@ -51,7 +74,7 @@ def test_q4_k_blocks_become_int4_codes_equal_to_the_files_values():
     halves = rng.uniform(0.001, 0.05, (rows, cols // 256, 2)).astype(np.float16)
     raw[..., 0:4] = halves.view(np.uint8)  # d and dmin: finite, as a quantizer writes them
     reference = dequantize(raw.reshape(rows, -1), GGMLQuantizationType.Q4_K).reshape(rows, cols)
-    ours = from_gguf_int4(raw.reshape(rows, -1), "Q4_K", rows, cols)
+    ours = from_gguf_blocks(raw.reshape(rows, -1), "Q4_K", rows, cols)
     assert ours.kind == "int4" and ours.q.shape == (rows, cols // 2)
     reference = torch.from_numpy(reference)
     assert torch.allclose(ours.dequantize(), reference, rtol=1e-6, atol=1e-6)
@@ -71,7 +94,8 @@ def test_pack_unpack_round_trip_and_rounding_bounds():
     assert torch.equal(unpack_int4(pack_int4(codes)), codes)
     w = torch.randn(48, 96)
     int8 = quantize(w, "int8")
-    assert ((int8.dequantize() - w).abs() <= int8.scale[:, None] / 2 + 1e-6).all()
+    assert int8.scale.shape == (48, 3)  # a scale per group of 32
+    assert ((int8.dequantize() - w).abs() <= int8.scale.repeat_interleave(32, 1) / 2 + 1e-6).all()
     int4 = quantize(w, "int4")
     step = int4.scale.repeat_interleave(32, dim=1)
     assert ((int4.dequantize() - w).abs() <= step / 2 + 1e-5).all()

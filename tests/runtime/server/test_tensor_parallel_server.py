@@ -17,7 +17,9 @@ from tests.runtime.server_helpers import ServerProcess, free_port
 
 GREEDY = {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}
 PROMPTS = ["The capital of France is", "def add(a, b):", "Three colours: red,"]
+# float32 as the one-rank reference (auto is bf16 on CPUs with native bf16)
 COMMON = ("--cpu-threads", "1", "--max-total-tokens", "4096", "--log-interval", "0")
+COMMON += ("--dtype", "float32")
 
 
 @pytest.fixture(scope="module")
