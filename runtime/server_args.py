@@ -51,11 +51,16 @@ class ServerArgs:
     )
     quantization: str = _opt(
         "auto",
-        "Weights of the decoder layers on the CPU: int8 (per row) or int4 (groups of 32), run "
-        "by torch's weight-only kernels; auto keeps a GGUF file's precision (int4 for 4-bit "
-        "files, int8 for other quantized ones; float files, Hugging Face folders and CUDA: "
-        "none, the --dtype weights).",
+        "Weights of the decoder layers on the CPU: int8 or int4 (groups of 32); auto keeps a "
+        "GGUF file's precision and codes (int4 for 4-bit files, int8 for other quantized "
+        "ones; float files, Hugging Face folders and CUDA: none, the --dtype weights).",
         choices=QUANTIZATIONS,
+    )
+    enable_deterministic_inference: bool = _opt(
+        False,
+        "Batch-invariant decode: a request's tokens do not depend on what it is batched with "
+        "(decode batches of up to 16 rows). Turns off the AMX tiles quantized weights run on "
+        "where the CPU has them (bf16, much faster for batches).",
     )
     device: str = _opt("auto", "cpu or cuda; auto picks cuda when available.", choices=DEVICES)
     attention_backend: str | None = _opt(

@@ -36,8 +36,11 @@ from runtime.model.qgemv import GROUP, pack_int4, unpack_int4
 # (576 x 3072 layer: int8 even at 64 rows, int4 loses past ~32).
 _KERNEL_ROWS = {"int8": 64, "int4": 32}
 NATIVE_ROWS = 16  # rows up to which our kernels beat dequantize + dense GEMM
-AMX_ROWS = 1  # with AMX: rows up to which the int4/int8 codes beat the bf16 tiles
-AMX_STEP_ROWS = 64  # with AMX: decode rows up to which the whole step runs in one call
+# With AMX: a decode step of up to AMX_CODE_ROWS rows runs its layers on the int4/int8 codes
+# (one row reads a quarter of the bytes), every other product on the tiles; decode steps of
+# up to AMX_STEP_ROWS rows run in one call.
+AMX_CODE_ROWS = 1
+AMX_STEP_ROWS = 64
 _CHUNK_ROWS = 4096
 
 
@@ -45,9 +48,11 @@ _CHUNK_ROWS = 4096
 def amx_bf16() -> bool:
     """Whether this CPU multiplies bf16 AMX tiles (Intel Xeon since Sapphire Rapids) and Linux
     lets us use them; RADIXGEN_NO_AMX=1 says no. There each quantized weight also keeps a bf16
-    copy laid out as tiles (twice int8's bytes, four times int4's), on which more than
-    AMX_ROWS rows run (576 x 3072 layer, 2 threads, 16 rows: 0.08 ms against 0.58 ms on the
-    int4 codes; one row stays on the codes, which are a quarter of the bytes)."""
+    copy laid out as tiles (twice int8's bytes, four times int4's), on which every product
+    runs but the layers of a one-row decode step (576 x 3072 layer, 2 threads, 16 rows: 0.08
+    ms against 0.58 ms on the int4 codes; one row: 0.09 against 0.06 ms). Extends and the LM
+    head run on the tiles at any size, so a request's prompt and logits do not depend on
+    whether it shares its step (a cached prompt's one-row extend, a seeded sample twice)."""
     if os.environ.get("RADIXGEN_NO_AMX") or "amx_bf16" not in qgemv.cpu_flags():
         return False
     lib = qgemv.load()
@@ -229,9 +234,10 @@ class QuantizedMatmul:
         lib = qgemv.load()
         self.native = qgemv.NativeMatmul(lib, w) if lib is not None else None
         self.kernel_rows = NATIVE_ROWS if self.native else _KERNEL_ROWS[w.kind]
-        self.tiles = None  # the bf16 weight as AMX tiles, where they run (amx_bf16)
-        if amx_bf16() and w.rows % 16 == 0 and w.cols % 32 == 0:
-            self.tiles, self.kernel_rows = qgemv.amx_tiles(w.dequantize(torch.bfloat16)), AMX_ROWS
+        # AMX tiles (amx_bf16) run every product where they are used; made on first use, so
+        # --enable-deterministic-inference (use_tiles off after loading) never holds them
+        self.use_tiles = amx_bf16() and w.rows % 16 == 0 and w.cols % 32 == 0
+        self.tiles: torch.Tensor | None = None
         if self.native is not None:
             self.packed = self.scales = None
         elif w.kind == "int8":  # torch's int8 kernel has no groups: a bf16 copy
@@ -242,11 +248,20 @@ class QuantizedMatmul:
             )
             self.scales = torch.stack([w.scale.T, w.zero.T], dim=-1).to(torch.bfloat16).contiguous()
 
+    def amx(self) -> torch.Tensor | None:
+        """The bf16 weight as AMX tiles (made on first use), or None where they do not run."""
+        if not self.use_tiles:
+            return None
+        if self.tiles is None:
+            self.tiles = qgemv.amx_tiles(self.w.dequantize(torch.bfloat16))
+        return self.tiles
+
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        tiles = self.amx()
+        if tiles is not None:
+            y = qgemv.amx_linear(tiles, x).to(x.dtype)
+            return y if bias is None else y + bias
         if x.shape[0] > self.kernel_rows:
-            if self.tiles is not None:
-                y = qgemv.amx_linear(self.tiles, x).to(x.dtype)
-                return y if bias is None else y + bias
             w = self.native.dequantize() if self.native else self.w.dequantize()
             return F.linear(x, w.to(x.dtype), bias)
         if self.native is not None:

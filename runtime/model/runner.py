@@ -152,6 +152,10 @@ class ModelRunner:
         else:
             weights = iter_safetensors(self.model_folder)
         model.load_weights(weights)
+        if self.args.enable_deterministic_inference:  # every row on the codes, whatever the batch
+            for module in model.modules():
+                if getattr(module, "matmul", None) is not None:
+                    module.matmul.use_tiles = False
         for p in model.parameters():  # buffers (rotary tables) stay float32
             p.data = p.data.to(dtype=self.dtype)
         return model.to(self.device).eval()  # parameters and buffers

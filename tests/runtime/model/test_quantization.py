@@ -83,7 +83,8 @@ def test_q4_k_blocks_become_int4_codes_equal_to_the_files_values():
         assert torch.allclose(qgemv.NativeMatmul(lib, ours).dequantize(), reference, atol=1e-6)
         torch.manual_seed(0)
         matmul = QuantizedMatmul(ours)
-        for rows, tolerance in ((1, 1e-4), (3, 1e-2)):  # 3 rows: AMX tiles' bf16, where present
+        tolerance = 1e-4 if matmul.tiles is None else 1e-2  # AMX tiles: bf16 products
+        for rows in (1, 3):
             x = torch.randn(rows, cols)
             ref = x @ reference.T
             assert (matmul(x) - ref).abs().max() / ref.abs().max() < tolerance
@@ -119,7 +120,7 @@ def test_every_matmul_path_matches_the_dense_product(kind, path, monkeypatch):
     q = quantize(w, kind)
     matmul = QuantizedMatmul(q)
     assert (matmul.native is not None) == (path != "torch")
-    assert (matmul.tiles is not None) == (path == "amx")
+    assert matmul.use_tiles == (path == "amx")
     dense = q.dequantize()
     # native kernels: int16 activations; torch's: bf16 activations and output; AMX: bf16
     # activations and weights past one row
@@ -131,6 +132,25 @@ def test_every_matmul_path_matches_the_dense_product(kind, path, monkeypatch):
         assert err < tolerance, (rows, float(err))
     ids = torch.tensor([3, 0, 159])
     assert torch.equal(matmul.rows(ids, torch.float32), dense[ids])
+
+
+@pytest.mark.skipif(not quantization.amx_bf16(), reason="no AMX tiles on this CPU")
+def test_deterministic_inference_keeps_every_row_on_the_codes():
+    fast = DirectRunner("smollm2", quantization="int4")
+    fixed = DirectRunner("smollm2", quantization="int4", enable_deterministic_inference=True)
+    prompt = list(range(1000, 1012))
+    same = {}
+    for name, runner in (("fast", fast), ("fixed", fixed)):
+        for request in ("a", "b"):
+            runner.forward([(request, prompt, 0)])
+        (alone,) = runner.forward([("a", [7], len(prompt))])  # a decode step of one row
+        beside, _ = runner.forward([("a", [7], len(prompt)), ("b", [9], len(prompt))])
+        same[name] = torch.equal(alone, beside)
+    assert same["fixed"]  # (the fast path runs one row on the codes and two in bf16)
+    fast_layer, fixed_layer = (
+        r.runner.model.layers[0].mlp.gate_up_proj.matmul for r in (fast, fixed)
+    )
+    assert fast_layer.tiles is not None and not fixed_layer.use_tiles and fixed_layer.tiles is None
 
 
 @pytest.mark.skipif(not quantization.amx_bf16(), reason="no AMX tiles on this CPU")

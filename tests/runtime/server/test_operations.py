@@ -60,6 +60,7 @@ def server(tokenizer_folder, stale_ipc_dir):
     proc = ServerProcess(
         *("--max-total-tokens", "8192", "--served-model-name", NAME, "--cpu-threads", "1"),
         *("--chat-template", str(TEMPLATE), "--tokenizer-path", tokenizer_folder),
+        "--enable-deterministic-inference",  # seeded samples repeat whatever the batching
     )
     yield proc
     proc.stop()
