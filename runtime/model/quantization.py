@@ -36,9 +36,9 @@ from runtime.model.qgemv import GROUP, pack_int4, unpack_int4
 # (576 x 3072 layer: int8 even at 64 rows, int4 loses past ~32).
 _KERNEL_ROWS = {"int8": 64, "int4": 32}
 NATIVE_ROWS = 16  # rows up to which our kernels beat dequantize + dense GEMM
-# With AMX: a decode step of up to AMX_CODE_ROWS rows runs its layers on the int4/int8 codes
-# (one row reads a quarter of the bytes), every other product on the tiles; decode steps of
-# up to AMX_STEP_ROWS rows run in one call.
+# With AMX: products of up to AMX_CODE_ROWS rows run on the int4/int8 codes (one row reads a
+# quarter of the bytes), larger ones on the tiles; decode steps of up to AMX_STEP_ROWS rows
+# run in one call.
 AMX_CODE_ROWS = 1
 AMX_STEP_ROWS = 64
 _CHUNK_ROWS = 4096
@@ -49,10 +49,9 @@ def amx_bf16() -> bool:
     """Whether this CPU multiplies bf16 AMX tiles (Intel Xeon since Sapphire Rapids) and Linux
     lets us use them; RADIXGEN_NO_AMX=1 says no. There each quantized weight also keeps a bf16
     copy laid out as tiles (twice int8's bytes, four times int4's), on which every product
-    runs but the layers of a one-row decode step (576 x 3072 layer, 2 threads, 16 rows: 0.08
-    ms against 0.58 ms on the int4 codes; one row: 0.09 against 0.06 ms). Extends and the LM
-    head run on the tiles at any size, so a request's prompt and logits do not depend on
-    whether it shares its step (a cached prompt's one-row extend, a seeded sample twice)."""
+    of more than AMX_CODE_ROWS rows runs (576 x 3072 layer, 2 threads, 16 rows: 0.08 ms
+    against 0.58 ms on the int4 codes; one row: 0.09 against 0.06 ms, and the LM head 1.53
+    against 0.89 ms)."""
     if os.environ.get("RADIXGEN_NO_AMX") or "amx_bf16" not in qgemv.cpu_flags():
         return False
     lib = qgemv.load()
@@ -257,7 +256,7 @@ class QuantizedMatmul:
         return self.tiles
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        tiles = self.amx()
+        tiles = self.amx() if x.shape[0] > AMX_CODE_ROWS else None
         if tiles is not None:
             y = qgemv.amx_linear(tiles, x).to(x.dtype)
             return y if bias is None else y + bias
