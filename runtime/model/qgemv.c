@@ -3,7 +3,7 @@
 // y[r, n] = sum_k x[r, k] * w[n, k] with w kept quantized:
 //   int4: w = q * d[n, g] + m[n, g], q in [0, 15], groups of 32 along k, two codes a byte in
 //         GGUF's layout (half the bytes of one code a byte: decode reads the weights once a step);
-//   int8: w = q * d[n, g], q in [-127, 127], groups of 32 along k.
+//   int8: w = q * d[n, g], q in [-128, 127], groups of 32 along k.
 // x is first rounded to int16 per group of 32 (xq * xs; llama.cpp rounds to int8 instead, which
 // cost 0.8% perplexity here), so each group is one exact integer dot product; the m term uses
 // the float sum of the group.

@@ -196,7 +196,7 @@ def decode_attention(
 
 
 class NativeMatmul:
-    """x @ W.T over a QuantizedTensor's own codes (int4: its groups; int8: its rows)."""
+    """x @ W.T over a QuantizedTensor's own codes (int4 and int8: groups of 32 of each row)."""
 
     def __init__(self, lib: ctypes.CDLL, w):
         self.lib, self.kind = lib, w.kind

@@ -4,7 +4,7 @@ A `QuantizedTensor` is a row-local code for a [rows, cols] weight (every row qua
 own), so the blocks of a merged layer (q|k|v, gate|up) are quantized one by one and their rows
 concatenated:
 
-- int8: w = q * scale[row, group], q in [-127, 127]. GGUF Q8_0 blocks (f16 d, 32 codes) map
+- int8: w = q * scale[row, group], q in [-128, 127]. GGUF Q8_0 blocks (f16 d, 32 codes) map
   onto it exactly.
 - int4: w = (q - 8) * scale[row, group] + zero[row, group], q in [0, 15], two codes a byte in
   GGUF's layout. GGUF Q4_0 (w = (q - 8) * d), Q4_1 (w = q * d + m, so zero = m + 8 d) and
@@ -143,7 +143,7 @@ def from_gguf_q4(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> Qu
 
 
 def from_gguf_q4_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
-    """A GGUF Q4_K tensor as int4, exactly: each super-block of 256 (f16 d and dmin, 12 bytes of
+    """A GGUF Q4_K tensor as int4 (its own codes; values to one float32 rounding): each super-block of 256 (f16 d and dmin, 12 bytes of
     6-bit scales and minimums, 128 bytes of codes) is 8 groups of 32 with w = q * (d * sc) -
     dmin * mn, both products exact in float32. Bytes 32c..32c+31 of the codes hold groups 2c
     (low nibbles) and 2c + 1 (high nibbles)."""
@@ -233,7 +233,7 @@ class QuantizedMatmul:
         lib = qgemv.load()
         self.native = qgemv.NativeMatmul(lib, w) if lib is not None else None
         self.kernel_rows = NATIVE_ROWS if self.native else _KERNEL_ROWS[w.kind]
-        # AMX tiles (amx_bf16) run every product where they are used; made on first use, so
+        # AMX tiles (amx_bf16) run the products of more than AMX_CODE_ROWS rows; made on first use, so
         # --enable-deterministic-inference (use_tiles off after loading) never holds them
         self.use_tiles = amx_bf16() and w.rows % 16 == 0 and w.cols % 32 == 0
         self.tiles: torch.Tensor | None = None
