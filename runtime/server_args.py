@@ -59,8 +59,9 @@ class ServerArgs:
     enable_deterministic_inference: bool = _opt(
         False,
         "Batch-invariant decode for quantized weights on the CPU kernels: a request's tokens "
-        "do not depend on what it is batched with (decode batches of up to 16 rows). Turns off the AMX tiles quantized weights run on "
-        "where the CPU has them (bf16, much faster for batches).",
+        "do not depend on what it is batched with (decode batches of up to 16 rows). Turns "
+        "off the AMX tiles quantized weights run on where the CPU has them (bf16, much faster "
+        "for batches).",
     )
     device: str = _opt("auto", "cpu or cuda; auto picks cuda when available.", choices=DEVICES)
     attention_backend: str | None = _opt(

@@ -8,7 +8,7 @@ concatenated:
   onto it exactly.
 - int4: w = (q - 8) * scale[row, group] + zero[row, group], q in [0, 15], two codes a byte in
   GGUF's layout. GGUF Q4_0 (w = (q - 8) * d), Q4_1 (w = q * d + m, so zero = m + 8 d) and
-  Q4_K blocks map onto it exactly.
+  Q4_K blocks map onto it (Q4_1 and Q4_K to one float32 rounding of the zero point).
 
 So a file's own codes are kept, not rounded a second time.
 
@@ -130,26 +130,38 @@ def quantize(w: torch.Tensor, kind: str) -> QuantizedTensor:
     )
 
 
+def _halves(raw: np.ndarray, start: int) -> np.ndarray:
+    """The f16 at bytes start, start + 1 of each block of `raw` [rows, blocks, bytes], as
+    float32 [rows, blocks]."""
+    return raw[..., start : start + 2].copy().view(np.float16)[..., 0].astype(np.float32)
+
+
+def _int4(q: torch.Tensor, scale: np.ndarray, m: np.ndarray) -> QuantizedTensor:
+    """int4 codes with w = q * scale + m per group (so zero = m + 8 * scale)."""
+    scale_t = torch.from_numpy(np.ascontiguousarray(scale))
+    return QuantizedTensor(
+        "int4", q, scale_t, torch.from_numpy(np.ascontiguousarray(m)) + 8 * scale_t
+    )
+
+
 def from_gguf_q4(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> QuantizedTensor:
-    """A GGUF Q4_0 / Q4_1 tensor (raw bytes, a row of blocks per weight row) as int4, exactly.
-    Q4_0 block: f16 d, 16 bytes; Q4_1 block: f16 d, f16 m, 16 bytes."""
+    """A GGUF Q4_0 / Q4_1 tensor (raw bytes, a row of blocks per weight row) as int4: its own
+    codes and scales. Q4_0 block: f16 d, 16 bytes; Q4_1 block: f16 d, f16 m, 16 bytes."""
     head = 2 if kind_name == "Q4_0" else 4
     raw = np.ascontiguousarray(blocks).reshape(rows, cols // GROUP, head + GROUP // 2)
-    d = raw[:, :, 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    m = raw[:, :, 2:4].copy().view(np.float16)[..., 0].astype(np.float32) if head == 4 else 0 * d
-    q = torch.from_numpy(raw[:, :, head:].reshape(rows, cols // 2).copy())
-    scale = torch.from_numpy(d)
-    return QuantizedTensor("int4", q, scale, torch.from_numpy(m) + 8 * scale)
+    d = _halves(raw, 0)
+    m = _halves(raw, 2) if head == 4 else 0 * d
+    return _int4(torch.from_numpy(raw[:, :, head:].reshape(rows, cols // 2).copy()), d, m)
 
 
 def from_gguf_q4_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
-    """A GGUF Q4_K tensor as int4 (its own codes; values to one float32 rounding): each super-block of 256 (f16 d and dmin, 12 bytes of
-    6-bit scales and minimums, 128 bytes of codes) is 8 groups of 32 with w = q * (d * sc) -
-    dmin * mn, both products exact in float32. Bytes 32c..32c+31 of the codes hold groups 2c
-    (low nibbles) and 2c + 1 (high nibbles)."""
+    """A GGUF Q4_K tensor as int4, its own codes: each super-block of 256 (f16 d and dmin, 12
+    bytes of 6-bit scales and minimums, 128 bytes of codes) is 8 groups of 32 with w = q *
+    (d * sc) - dmin * mn, both products exact in float32 (kept as a zero point, a value can
+    differ from the file's by one float32 rounding). Bytes 32c..32c+31 of the codes hold
+    groups 2c (low nibbles) and 2c + 1 (high nibbles)."""
     raw = np.ascontiguousarray(blocks).reshape(rows, cols // 256, 144)
-    d = raw[..., 0:2].copy().view(np.float16).astype(np.float32)  # [rows, blocks, 1]
-    dmin = raw[..., 2:4].copy().view(np.float16).astype(np.float32)
+    d, dmin = _halves(raw, 0)[..., None], _halves(raw, 2)[..., None]
     low, mid, high = raw[..., 4:8], raw[..., 8:12], raw[..., 12:16]
     sc = np.concatenate([low & 63, (high & 15) | ((low >> 6) << 4)], axis=-1)
     mn = np.concatenate([mid & 63, (high >> 4) | ((mid >> 6) << 4)], axis=-1)
@@ -157,17 +169,14 @@ def from_gguf_q4_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
     m = -(dmin * mn.astype(np.float32)).reshape(rows, cols // GROUP)
     qs = raw[..., 16:].reshape(rows, cols // 256, 4, 1, 32)
     codes = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(rows, cols)
-    q = pack_int4(torch.from_numpy(np.ascontiguousarray(codes)))
-    scale_t = torch.from_numpy(scale)
-    return QuantizedTensor("int4", q, scale_t, torch.from_numpy(m) + 8 * scale_t)
+    return _int4(pack_int4(torch.from_numpy(np.ascontiguousarray(codes))), scale, m)
 
 
 def from_gguf_q8_0(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
     """A GGUF Q8_0 tensor (blocks of f16 d and 32 int8 codes) as int8 groups, exactly."""
     raw = np.ascontiguousarray(blocks).reshape(rows, cols // GROUP, 2 + GROUP)
-    d = raw[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
     q = raw[..., 2:].copy().view(np.int8).reshape(rows, cols)
-    return QuantizedTensor("int8", torch.from_numpy(q), torch.from_numpy(d))
+    return QuantizedTensor("int8", torch.from_numpy(q), torch.from_numpy(_halves(raw, 0)))
 
 
 # GGUF tensor types whose blocks map exactly onto our groups of 32, and the kind they become.
@@ -208,8 +217,9 @@ def _from_blocks(blocks) -> QuantizedTensor:
 
     def rows(x: torch.Tensor | None) -> torch.Tensor | None:
         # rows move whole, so their codes, scales and minimums follow them
-        moved = None if x is None else unpermute_rotary(x.numpy(), blocks.heads)
-        return None if moved is None else torch.from_numpy(np.ascontiguousarray(moved))
+        if x is None:
+            return None
+        return torch.from_numpy(np.ascontiguousarray(unpermute_rotary(x.numpy(), blocks.heads)))
 
     return QuantizedTensor(w.kind, rows(w.q), rows(w.scale), rows(w.zero))
 
@@ -233,8 +243,8 @@ class QuantizedMatmul:
         lib = qgemv.load()
         self.native = qgemv.NativeMatmul(lib, w) if lib is not None else None
         self.kernel_rows = NATIVE_ROWS if self.native else _KERNEL_ROWS[w.kind]
-        # AMX tiles (amx_bf16) run the products of more than AMX_CODE_ROWS rows; made on first use, so
-        # --enable-deterministic-inference (use_tiles off after loading) never holds them
+        # AMX tiles (amx_bf16) run the products of more than AMX_CODE_ROWS rows; made on first
+        # use, so --enable-deterministic-inference (use_tiles off after loading) never holds them
         self.use_tiles = amx_bf16() and w.rows % 16 == 0 and w.cols % 32 == 0
         self.tiles: torch.Tensor | None = None
         if self.native is not None:

@@ -8,7 +8,6 @@ pairs it with its vocabulary. A killed child is started again on the next compil
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
@@ -116,9 +115,9 @@ def _serve(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us
     os.nice(COMPILE_NICENESS)  # on a busy CPU, forward passes come before compiles
     from grammars import CompileBudget, GrammarError, build_machine
+    from runtime.ipc import freeze_heap
 
-    gc.collect()  # as runtime/ipc.py freeze_heap: no full collection in the middle of a compile
-    gc.freeze()  # walks the imports again (~9 ms each here)
+    freeze_heap("grammar compiler")  # a full collection walked the imports, ~9 ms here
     while True:
         try:
             kind, spec, timeout, options = conn.recv()
