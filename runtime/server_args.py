@@ -152,6 +152,10 @@ class ServerArgs:
     )
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):  # an Engine keyword is not parsed like a flag
+            value = getattr(self, f.name)
+            if f.type in ("bool", bool) and not isinstance(value, bool):
+                raise ValueError(f"{f.name} must be True or False, got {value!r}")
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(
                 f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}"

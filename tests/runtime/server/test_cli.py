@@ -72,3 +72,14 @@ def test_a_port_in_use_is_found_before_the_model_loads():
     assert done.returncode == 2
     assert f"--port {port}" in done.stderr and "Traceback" not in done.stderr
     assert "ready on" not in done.stderr
+
+
+def test_switches_given_as_engine_keywords_must_be_booleans():
+    from runtime.server_args import ServerArgs
+
+    for value in ("nope", 1, None, float("nan")):  # a flag never gives these; a keyword can
+        with pytest.raises(ValueError, match="enable_deterministic_inference must be True or"):
+            ServerArgs(enable_deterministic_inference=value)
+    with pytest.raises(ValueError, match="disable_radix_cache"):
+        ServerArgs(disable_radix_cache="false")
+    assert ServerArgs(enable_deterministic_inference=True).enable_deterministic_inference
