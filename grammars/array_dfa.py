@@ -12,10 +12,30 @@ import numpy as np
 from grammars.automaton import NFA, EagerDFA
 
 
+def packed_masks(masks: list[int]) -> np.ndarray:
+    """Byte masks (256-bit integers) as rows of 32 little-endian bytes."""
+    packed = b"".join(m.to_bytes(32, "little") for m in masks)
+    return np.frombuffer(packed, np.uint8).reshape(len(masks), 32)
+
+
+def mask_bytes(dfa) -> np.ndarray:
+    """The distinct masks of dfa.moves() as packed_masks rows, made once per DFA (kept on it,
+    as moves() is: DFAs cached across compiles pay for this once)."""
+    hit = dfa.__dict__.get("_mask_bytes")
+    if hit is None:
+        hit = dfa._mask_bytes = packed_masks(dfa.moves()[3])
+    return hit
+
+
 class ArrayDFA(EagerDFA):
     """An EagerDFA given by its moves: `trans` is made from them when asked for."""
 
-    def __init__(self, src, mask_ids, tgt, masks: list[int], accept: np.ndarray, start: int):
+    def __init__(
+        self, src, mask_ids, tgt, masks: list[int], accept: np.ndarray, start: int, packed=None
+    ):
+        """`packed`: the masks as packed_masks rows, where the maker has them."""
+        if packed is not None:
+            self._mask_bytes = packed
         self.accept = accept.tolist()
         self.start = start
         self._moves = (src, mask_ids, tgt, masks, np.flatnonzero(accept).astype(np.int64))

@@ -33,7 +33,9 @@ _WALK_CACHE_BYTES = 4 << 20
 _TOKEN_STEP_CAP = 1 << 16  # memoised (state, token) steps a grammar keeps (~6 MB), then anew
 _NO_FOLLOW = np.zeros(256, np.bool_)
 _scratch = threading.local()  # a buffer per thread for the candidates of token walks
-_WALK_ROOM = 128  # states a token walk may add without growing the arrays
+# states a token walk may add without growing the arrays: as many as the DFA has (at least
+# _MIN_WALK_ROOM, at most _WALK_ROOM), so a small grammar's arrays stay small
+_MIN_WALK_ROOM, _WALK_ROOM = 24, 128
 _FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order
 
 
@@ -132,8 +134,9 @@ class Machine:
         """(allowed, candidate ids): every token walked from g (see lazydfa.walk); `follow`:
         the bytes the frame below can read after a pop (None: the frame cannot pop)."""
         can_pop = follow is not None
-        if not lazydfa_arrays.has_room(self.dfa, _WALK_ROOM):  # grow now rather than walk twice
-            self.dfa = lazydfa_arrays.grown(self.dfa, _WALK_ROOM)
+        room = min(max(int(self.dfa.meta[lazydfa._STATES]), _MIN_WALK_ROOM), _WALK_ROOM)
+        if not lazydfa_arrays.has_room(self.dfa, room):  # grow now rather than walk twice
+            self.dfa = lazydfa_arrays.grown(self.dfa, room)
         allowed = np.zeros(vocab.size, np.bool_)
         candidates = getattr(_scratch, "candidates", None)
         if candidates is None or len(candidates) < vocab.size:

@@ -8,6 +8,7 @@ from collections import namedtuple
 import numpy as np
 
 from grammars import nfa_layout
+from grammars.array_dfa import mask_bytes, packed_masks
 from grammars.budget import checkpoint
 from grammars.lazydfa import _MEM, _PUSHES, _STATES, _WANT, DFAArrays, NFAArrays, rehash
 
@@ -21,12 +22,13 @@ byte, or -1 and a row of `masks`) and rule references (rule number, state to ret
 def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
     """A grammars.automaton.NFA as arrays (its fragment uses and embedded DFAs laid out by
     nfa_layout.layout)."""
-    index: dict[int, int] = {}  # the distinct masks, numbered
-    number = index.setdefault
     a, b = zip(*nfa.eps) if nfa.eps else ((), ())
     eps = np.array((a, b), np.int64).reshape(2, -1)
     a, masks, b = zip(*nfa.edges) if nfa.edges else ((), (), ())
-    ids = [number(m, len(index)) for m in masks]
+    index = dict.fromkeys(masks)  # the distinct masks in order of first use, numbered
+    for i, m in enumerate(index):
+        index[m] = i
+    ids = list(map(index.__getitem__, masks))
     edges = np.array((a, ids, b), np.int64).reshape(3, -1)
     a, names, b = zip(*nfa.nts) if nfa.nts else ((), (), ())
     nts = np.array((a, [rule_index[r] for r in names], b), np.int64).reshape(3, -1)
@@ -46,17 +48,14 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
             d = dfa_number[id(dfa)] = len(dfas)
             dfas.append(dfa)
         copies.append((d, base, s, e))
-    tables, id_maps, accepting = [], [], []
-    for dfa in dfas:
-        _, _, _, distinct, acc = dfa.moves()
-        tables.append(dfa.move_table())
-        id_maps.append([number(m, len(index)) for m in distinct])
-        accepting.append(acc)
+    tables = [dfa.move_table() for dfa in dfas]
+    blocks = [mask_bytes(dfa) for dfa in dfas]  # each DFA's masks, numbered after the NFA's own
+    accepting = [dfa.moves()[4] for dfa in dfas]
     checkpoint()
     pools = np.array(
         (
             _offsets([t.shape[1] for t in tables]),
-            _offsets([len(x) for x in id_maps]),
+            _offsets([len(x) for x in blocks]),
             _offsets([len(x) for x in accepting]),
         ),
         np.int64,
@@ -70,14 +69,13 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
         np.array(copies, np.int64).reshape(-1, nfa_layout.COPY_COLUMNS),
         pools,
         np.concatenate(tables, axis=1) if tables else np.zeros((3, 0), np.int64),
-        np.array([i for x in id_maps for i in x], np.int64),
+        np.arange(len(index), len(index) + pools[1, -1], dtype=np.int64),
         np.concatenate(accepting) if accepting else np.zeros(0, np.int64),
         np.array([dfa.start for dfa in dfas], np.int64),
     )
     checkpoint()
-    packed = b"".join(m.to_bytes(32, "little") for m in index)
     e_byte, e_mask, masks = nfa_layout.mask_columns(
-        np.frombuffer(packed, np.uint8).reshape(len(index), 32), e_cols[0]
+        np.concatenate([packed_masks(list(index)), *blocks]), e_cols[0]
     )
     return NFAGraph(
         eps_ptr, eps_idx, e_ptr, e_byte, e_mask, e_cols[1], masks, nt_ptr, nt_cols[0], nt_cols[1]
@@ -122,7 +120,7 @@ def freeze_nfa(graph: NFAGraph, finals, first: np.ndarray) -> NFAArrays:
     )
 
 
-def empty_dfa(capacity: int = 256) -> DFAArrays:
+def empty_dfa(capacity: int = 32) -> DFAArrays:
     dfa = DFAArrays(
         table=np.zeros((capacity, 256), np.int32),
         viable=np.zeros((capacity, 256), np.bool_),

@@ -6,7 +6,9 @@ import functools
 import json
 import re
 
-from grammars.array_dfa import LazyDFA, compact, counter_dfa
+import numpy as np
+
+from grammars.array_dfa import ArrayDFA, LazyDFA, compact, counter_dfa, packed_masks
 from grammars.automaton import MAX_NFA_STATES, NOTHING, alt, byte_set, cat, lit, rep
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
@@ -337,16 +339,62 @@ def _key_dfa():
     return dfa, inside
 
 
+class _KeyParts:
+    """What every key_except DFA shares: key_node()'s moves, the moves inside a key split into
+    those on printable ASCII (which a trie node narrows: less its children's bytes and the
+    quote) and the others (which every trie node keeps), and the moves of a trie node with no
+    child or one, by its byte; masks numbered in one list, `masks`."""
+
+    def __init__(self):
+        base, inside = _key_dfa()
+        src, ids, tgt, masks, _ = compact(base).moves()
+        self.masks = list(masks)
+        self.index = {m: i for i, m in enumerate(self.masks)}
+        self.base = (src, ids, tgt)
+        self.accept = base.accept
+        quote = 1 << 0x22
+        printable = byte_set((0x20, 0x7E))
+        moves = base.trans[inside]
+        self.close = next(t for m, t in moves if m & quote)
+        self.quote = self.number(quote)
+        self.narrowed = tuple(
+            (m & printable & ~quote, t) for m, t in moves if m & printable & ~quote
+        )
+        shared = [(self.number(m & ~printable), t) for m, t in moves if m & ~printable]
+        self.shared = np.array(shared, np.int64).reshape(-1, 2).T
+        self.byte = tuple(self.number(1 << b) for b in range(128))
+        self.leaf = self.narrowing(0)
+        self.one_child = tuple(self.narrowing(1 << b) for b in range(128))
+        self.packed = packed_masks(self.masks)  # (numbering stops here)
+
+    def number(self, m: int) -> int:
+        i = self.index.get(m)
+        if i is None:
+            i = self.index[m] = len(self.masks)
+            self.masks.append(m)
+        return i
+
+    def narrowing(self, taken: int) -> tuple[list[int], list[int]]:
+        """The moves of `narrowed` less the bytes of `taken`: mask numbers, targets."""
+        moves = [(self.number(m & ~taken), t) for m, t in self.narrowed if m & ~taken]
+        return [i for i, _ in moves], [t for _, t in moves]
+
+
+@functools.lru_cache(maxsize=1)
+def _key_parts() -> _KeyParts:
+    return _KeyParts()
+
+
 @functools.lru_cache(maxsize=1024)
 def key_except(names: tuple[str, ...]):
-    """The EagerDFA of the keys key_node() accepts except `names` (as _string_literal spells
-    them), built straight from a trie of the names; None unless every name is printable ASCII
-    (each of whose characters key_node() reads as one byte that leads back inside the key)."""
-    from grammars.automaton import EagerDFA
-
+    """The DFA (an ArrayDFA) of the keys key_node() accepts except `names` (as
+    _string_literal spells them), built straight from a trie of the names; None unless every
+    name is printable ASCII (each of whose characters key_node() reads as one byte that leads
+    back inside the key). States: key_node()'s, then one per trie node (root first), then the
+    start, which reads the opening quote into the root."""
     if not all(_PLAIN_TEXT.fullmatch(n) for n in names):
         return None
-    base, inside = _key_dfa()
+    parts = _key_parts()
     children: list[dict[int, int]] = [{}]
     ends = [False]
     for name in names:
@@ -359,27 +407,72 @@ def key_except(names: tuple[str, ...]):
                 ends.append(False)
             t = nxt
         ends[t] = True
-    quote = 1 << 0x22
-    close = next(t for m, t in base.trans[inside] if m & quote)
-    # a name's bytes are printable ASCII: only the moves on such bytes change per trie node;
-    # the others (escapes, UTF-8 lead bytes) are one list shared by every node
-    printable = byte_set((0x20, 0x7E))
-    narrowed = [(m & printable, t) for m, t in base.trans[inside] if m & printable]
-    shared = [(m & ~printable, t) for m, t in base.trans[inside] if m & ~printable]
-    n = len(base.trans)
-    trans = list(base.trans)
+    n = len(parts.accept)
+    extra: dict[int, int] = {}  # masks only nodes with several children have, numbered on
+    known = len(parts.masks)
+    ids: list[int] = []  # each trie node's moves: mask numbers and targets
+    tgt: list[int] = []
+    count: list[int] = []  # moves per trie node
+    byte_id, one_child, quote, close = parts.byte, parts.one_child, parts.quote, parts.close
+    leaf_ids, leaf_tgt = parts.leaf
     for t, kids in enumerate(children):
-        taken = quote | sum(1 << b for b in kids)
-        tr = [(m & ~taken, target) for m, target in narrowed if m & ~taken]
-        tr += [(1 << b, n + c) for b, c in kids.items()]
+        if len(kids) == 1:
+            [(b, c)] = kids.items()
+            ids.append(byte_id[b])
+            tgt.append(n + c)
+            more_ids, more_tgt = one_child[b]
+            ids.extend(more_ids)
+            tgt.extend(more_tgt)
+            k = 1 + len(more_ids)
+        elif kids:
+            taken = 0
+            for b, c in kids.items():
+                taken |= 1 << b
+                ids.append(byte_id[b])
+                tgt.append(n + c)
+            k = len(kids)
+            for m, target in parts.narrowed:
+                m &= ~taken
+                if m:
+                    i = parts.index.get(m)
+                    if i is None:
+                        i = extra.setdefault(m, known + len(extra))
+                    ids.append(i)
+                    tgt.append(target)
+                    k += 1
+        else:
+            ids.extend(leaf_ids)
+            tgt.extend(leaf_tgt)
+            k = len(leaf_ids)
         if not ends[t]:
-            tr.append((quote, close))
-        trans.append(tr + shared)
-    trans.append([(quote, n)])
-    accept = list(base.accept) + [False] * (len(children) + 1)
-    dfa = EagerDFA(trans, accept, len(trans) - 1)
-    # every node reads the shared moves into the live states of the key automaton
-    return compact(dfa if shared else dfa.trimmed())
+            ids.append(quote)
+            tgt.append(close)
+            k += 1
+        count.append(k)
+    nodes = len(children)
+    start = n + nodes
+    shared_ids, shared_tgt = parts.shared
+    states = np.arange(n, start)
+    src = (parts.base[0], np.repeat(states, count), np.repeat(states, len(shared_ids)), [start])
+    ids = np.concatenate((parts.base[1], ids, np.tile(shared_ids, nodes), [quote]))
+    used = np.zeros(known + len(extra), np.bool_)  # only the masks this DFA uses, renumbered
+    used[ids] = True
+    masks, packed = parts.masks, parts.packed
+    if extra:
+        masks = masks + list(extra)
+        packed = np.concatenate((packed, packed_masks(list(extra))))
+    accept = np.zeros(start + 1, np.bool_)
+    accept[:n] = parts.accept
+    kept = np.flatnonzero(used)
+    return ArrayDFA(
+        np.concatenate(src),
+        (np.cumsum(used) - 1)[ids],
+        np.concatenate((parts.base[2], tgt, np.tile(shared_tgt, nodes), [n])),
+        [masks[i] for i in kept.tolist()],
+        accept,
+        start,
+        packed[kept],
+    )
 
 
 def string_node(schema: dict, path: str = "#", rules: dict | None = None) -> tuple:

@@ -5,12 +5,23 @@ DFA, keys that exclude the named properties."""
 import numpy as np
 import pytest
 
-from grammars.array_dfa import ArrayDFA, LazyDFA
-from grammars.automaton import NFA, EagerDFA, alt, cat, lit, rep
+from grammars.array_dfa import ArrayDFA, LazyDFA, mask_bytes, packed_masks
+from grammars.automaton import NFA, NOTHING, EagerDFA, alt, cat, lit, rep
 from grammars.json_schema.core import node_size, shared
-from grammars.json_schema.strings import _STRING_CHAR, _lazy_pattern, _length_dfa, key_except
+from grammars.json_schema.strings import (
+    _STRING_CHAR,
+    _lazy_pattern,
+    _length_dfa,
+    key_except,
+    key_node,
+)
 from grammars.lazydfa_arrays import nfa_graph
 from grammars.regex import regex_to_node
+
+
+def names_node(names) -> tuple:
+    """The names as quoted JSON keys (nothing when there are none)."""
+    return alt(*(lit(f'"{n}"') for n in names)) if names else NOTHING
 
 
 def same_language(a: EagerDFA, b: EagerDFA) -> bool:
@@ -145,9 +156,19 @@ def test_patterns_left_to_the_lazy_dfa(checker, pattern, valid, invalid):
     assert node_size(("dfa", lazy), None, exact=True) == eager.n_states
 
 
-@pytest.mark.parametrize("names", [(), ("",), ("a", "ab", "abc"), ("name", "type", "x y", "~!")])
+@pytest.mark.parametrize(
+    "names",
+    [(), ("",), ("a", "ab", "abc"), ("name", "type", "x y", "~!"), ("ab", "ac", "b", "abd")],
+)
 def test_keys_except_names_refuse_exactly_the_names(names):
     keys = key_except(names)
+    # the language of every key less the names' spellings, and masks that are distinct and
+    # packed as the NFA reads them
+    every_key = key_node()[1]
+    assert same_language(keys, every_key.product(EagerDFA.from_node(names_node(names)), "diff"))
+    masks = keys.moves()[3]
+    assert len(set(masks)) == len(masks)
+    assert np.array_equal(mask_bytes(keys), packed_masks(masks))
     for name in names:
         assert not keys.accepts(f'"{name}"'.encode())
     for other in ("zz", "a b", "nam", "names", "typ", "é", "\\n"):
