@@ -32,7 +32,7 @@ _MASK_CACHE_BYTES = 64 << 20
 _WALK_CACHE_BYTES = 4 << 20
 _TOKEN_STEP_CAP = 1 << 16  # memoised (state, token) steps a grammar keeps (~6 MB), then anew
 _NO_FOLLOW = np.zeros(256, np.bool_)
-_scratch = threading.local()  # a buffer per thread for the candidates of token walks
+_scratch = threading.local()  # buffers per thread for the tokens and candidates of walks
 # states a token walk may add without growing the arrays: as many as the DFA has (at least
 # _MIN_WALK_ROOM, at most _WALK_ROOM), so a small grammar's arrays stay small
 _MIN_WALK_ROOM, _WALK_ROOM = 24, 128
@@ -131,13 +131,18 @@ class Machine:
     def walk(
         self, g: int, follow: np.ndarray | None, vocab: Vocabulary
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(allowed, candidate ids): every token walked from g (see lazydfa.walk); `follow`:
-        the bytes the frame below can read after a pop (None: the frame cannot pop)."""
+        """(allowed, candidate ids): every token walked from g (see lazydfa.walk), the allowed
+        ones as packed uint32 words (an eighth of a boolean array, for the walks the grammar
+        keeps); `follow`: the bytes the frame below can read after a pop (None: it cannot)."""
         can_pop = follow is not None
         room = min(max(int(self.dfa.meta[lazydfa._STATES]), _MIN_WALK_ROOM), _WALK_ROOM)
         if not lazydfa_arrays.has_room(self.dfa, room):  # grow now rather than walk twice
             self.dfa = lazydfa_arrays.grown(self.dfa, room)
-        allowed = np.zeros(vocab.size, np.bool_)
+        allowed = getattr(_scratch, "allowed", None)
+        if allowed is None or len(allowed) != vocab.size:
+            allowed = _scratch.allowed = np.zeros(vocab.size, np.bool_)
+        else:
+            allowed[:] = False
         candidates = getattr(_scratch, "candidates", None)
         if candidates is None or len(candidates) < vocab.size:
             candidates = _scratch.candidates = np.empty(vocab.size, np.int64)
@@ -164,7 +169,7 @@ class Machine:
             allowed,
             candidates,
         )
-        return allowed, candidates[:n_cand].copy()
+        return vocab.pack(allowed).view(np.uint32), candidates[:n_cand].copy()
 
 
 class CompiledGrammar:
@@ -308,30 +313,30 @@ class CompiledGrammar:
 
     def _compute_mask(self, ss: int) -> np.ndarray:
         vocab = self.vocab
-        allowed = np.zeros(vocab.size, bool)
+        words = np.zeros(vocab.words, np.uint32)  # bit t of word w: token 32w + t
         # every stack reachable without reading (pushed rules, popped frames) walks its own
         # frame; walks then only need to look for pushes and pops after the first byte
         for sid in self.closure(ss)[0]:
             g, parent = self._stacks[sid]
             frame, candidates = self._walk_frame(g, parent)
-            allowed |= frame
+            words |= frame
             if len(candidates):
-                self._check_candidates(self._stackset(frozenset([sid])), candidates, allowed)
+                self._check_candidates(self._stackset(frozenset([sid])), candidates, words)
         if self.is_complete(ss):
-            allowed[vocab.eos_ids] = True
-        return vocab.pack(allowed)
+            _set_bits(words, vocab.eos_ids)
+        return words.view("<i4")
 
-    def _check_candidates(self, ss: int, candidates: np.ndarray, allowed: np.ndarray) -> None:
-        """Mark in `allowed` the candidate tokens that a walk from `ss` reads to the end: in
-        trie order, each resuming from the state after the bytes it shares with the one before
-        (a prefix that died kills the tokens that share it)."""
+    def _check_candidates(self, ss: int, candidates: np.ndarray, words: np.ndarray) -> None:
+        """Set in `words` the bits of the candidate tokens that a walk from `ss` reads to the
+        end: in trie order, each resuming from the state after the bytes it shares with the
+        one before (a prefix that died kills the tokens that share it)."""
         vocab = self.vocab
-        candidates = candidates[~allowed[candidates]]
+        candidates = candidates[(words[candidates >> 5] >> (candidates & 31)) & 1 == 0]
+        found: list[int] = []
         if len(candidates) < _FEW_CANDIDATES:
             tb = vocab.token_bytes
-            for tid in candidates.tolist():
-                if self.walk(ss, tb[tid]):
-                    allowed[tid] = True
+            found = [tid for tid in candidates.tolist() if self.walk(ss, tb[tid])]
+            _set_bits(words, np.array(found, np.int64))
             return
         trie = vocab.trie
         rows = np.sort(vocab.row_of[candidates])
@@ -353,7 +358,8 @@ class CompiledGrammar:
                     break
                 states.append(cur)
             else:
-                allowed[ids[row]] = True
+                found.append(row)
+        _set_bits(words, ids[np.array(found, np.int64)])
 
     def _walk_frame(self, g: int, parent: int) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the
@@ -394,6 +400,11 @@ class CompiledGrammar:
             out.append(live[0])
             ss = self.step(ss, live[0])
         return bytes(out)
+
+
+def _set_bits(words: np.ndarray, tokens: np.ndarray) -> None:
+    """Set the bits of `tokens` in `words` (uint32, bit t of word w: token 32w + t)."""
+    np.bitwise_or.at(words, tokens >> 5, np.left_shift(1, tokens & 31).astype(np.uint32))
 
 
 def _utf8_prefix(data: bytes) -> str:
