@@ -19,9 +19,10 @@ from array import array
 
 import numpy as np
 
-from grammars import lazydfa, lazydfa_arrays, lazydfa_chain, nfa_passes
+from grammars import lazydfa, lazydfa_arrays, lazydfa_chain, nfa_passes, step_table
 from grammars.automaton import NFA
 from grammars.errors import GrammarError
+from grammars.step_table import StepTable
 from grammars.vocabulary import Vocabulary
 
 _MAX_STACK_DEPTH = 2000
@@ -187,6 +188,7 @@ class CompiledGrammar:
         self._sets: list[frozenset] = [frozenset()]
         self._closures: dict[int, tuple[tuple[int, ...], bool]] = {}
         self._steps: dict[int, int] = {}
+        self._step_table = StepTable()  # the same steps, for compiled walks
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
         # state * vocabulary size + token id -> the state after it, for ordinary tokens read
@@ -274,6 +276,7 @@ class CompiledGrammar:
             if t:
                 nxt.add(self._stack(t, parent))
         out = self._steps[key] = self._stackset(frozenset(nxt))
+        self._step_table.put(key, out)
         return out
 
     def walk(self, ss: int, data: bytes) -> int:
@@ -341,25 +344,21 @@ class CompiledGrammar:
         trie = vocab.trie
         rows = np.sort(vocab.row_of[candidates])
         shared = lazydfa.shared_prefixes(trie.lcp, rows)
-        data, ptr, ids = trie.data, vocab.row_starts, trie.ids
-        step = self.step
-        states = [ss]  # states[d]: after the first d bytes of the row walked last
-        dead = 1 << 30  # the prefix length at which the row walked last died
-        for row, common in zip(rows.tolist(), shared.tolist()):
-            if common >= dead:
-                continue
-            del states[common + 1 :]
-            dead = 1 << 30
-            cur = states[common]
-            for b in data[ptr[row] + common : ptr[row + 1]].tobytes():
-                cur = step(cur, b)
-                if not cur:
-                    dead = len(states)
-                    break
-                states.append(cur)
-            else:
-                found.append(row)
-        _set_bits(words, ids[np.array(found, np.int64)])
+        found_rows = np.empty(len(rows), np.int64)
+        meta = np.zeros(3, np.int64)
+        states = np.empty(vocab.max_len + 1, np.int64)
+        states[0] = ss
+        table = self._step_table
+        first = 0
+        while True:  # compiled walks through the steps made so far; Python makes the others
+            first = step_table.check_rows(
+                rows, shared, trie.data, trie.ptr, table.keys, table.vals, states,
+                first, found_rows, meta,
+            )  # fmt: skip
+            if first < 0:
+                break
+            self.step(int(meta[1]), int(meta[2]))
+        _set_bits(words, trie.ids[found_rows[: meta[0]]])
 
     def _walk_frame(self, g: int, parent: int) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the

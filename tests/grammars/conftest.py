@@ -97,3 +97,14 @@ class Checker:
 @pytest.fixture(scope="session")
 def checker(smollm2_tokenizer, compiler):
     return Checker(smollm2_tokenizer, compiler)
+
+
+def assert_mask_is_exact(grammar, state: int, label=None) -> None:
+    """The mask at `state` allows exactly the tokens accept_token takes, over the vocabulary."""
+    m = grammar.matcher()
+    m._history = [state]
+    mask = m.next_token_mask()
+    for tid in range(grammar.vocab.size):
+        probe = grammar.matcher()
+        probe._history = [state]
+        assert probe.accept_token(tid) == mask[tid], (label, state, tid)

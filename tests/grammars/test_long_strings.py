@@ -8,7 +8,7 @@ import pytest
 
 from grammars import GrammarCompiler, GrammarError
 from grammars.json_schema import strings
-from tests.grammars.conftest import Checker
+from tests.grammars.conftest import Checker, assert_mask_is_exact
 
 CHARS = 'aé"\\\n😀z'  # one-byte, two-byte, escaped, four-byte (a surrogate pair escape)
 
@@ -84,3 +84,21 @@ def test_real_sizes(checker, compiler):
 def test_long_bound_beside_a_pattern_still_raises(compiler):
     with pytest.raises(GrammarError, match="maxLength"):
         compiler.compile_json_schema({"type": "string", "pattern": "^a+$", "maxLength": 20_000})
+
+
+def test_masks_across_block_ends_hold_every_token_accept_token_takes(small_blocks):
+    """Near a block's end most tokens cross it: the candidates checked in compiled code
+    (grammars.step_table) must give the mask accept_token gives, token by token, over the
+    whole vocabulary; the step table grows while it runs (it starts small)."""
+    grammar = small_blocks.compiler.compile_json_schema(
+        {"type": "string", "minLength": 13, "maxLength": 30}
+    )
+    states = []
+    for n in (0, 3, 4, 7, 12):  # characters written so far
+        m = grammar.matcher()
+        for tid in small_blocks.tok.encode(json.dumps(_text(n))[:-1], add_special_tokens=False):
+            assert m.accept_token(tid)
+        states.append(m.state)
+    for state in states:
+        assert_mask_is_exact(grammar, state)
+    assert grammar._step_table.size == len(grammar._steps)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grammars import GrammarError
+from tests.grammars.conftest import assert_mask_is_exact
 
 CALC = r"""
 ?start: sum
@@ -76,18 +77,11 @@ def test_masks_agree_with_accept_token_on_every_token(
     }[kind](spec)
     states = _states(grammar, smollm2_tokenizer, text)
     rng = random.Random(0)
-    vocab = compiler.vocab
     # every state of the cases that exercise jumps through chains, six of the others
     jumps = kind == "json" and spec["properties"].keys() & {"code", "s"}
     picked = states if jumps else rng.sample(states, 6)
     for state in picked:
-        m = grammar.matcher()
-        m._history = [state]
-        mask = m.next_token_mask()
-        for tid in range(vocab.size):
-            probe = grammar.matcher()
-            probe._history = [state]
-            assert probe.accept_token(tid) == mask[tid], (kind, state, tid)
+        assert_mask_is_exact(grammar, state, kind)
 
 
 def test_jump_forward_strings(compiler):
@@ -348,3 +342,17 @@ def test_trie_subtree_ends(tokens):
             while end < len(data) and data[end][: i + 1] == row[: i + 1]:
                 end += 1
             assert trie.ends[trie.ptr[j] + i] == end
+
+
+def test_step_table_keeps_every_step_through_growth():
+    from grammars.step_table import StepTable, _slot
+
+    table = StepTable(capacity=4)
+    rng = np.random.default_rng(0)
+    keys = rng.choice(1 << 40, size=3000, replace=False)
+    for i, key in enumerate(keys.tolist()):
+        table.put(key, i + 1)
+    assert table.size == 3000 and len(table.keys) >= 6000
+    for i, key in enumerate(keys.tolist()):
+        assert table.vals[_slot(table.keys, key)] == i + 1
+    assert table.keys[_slot(table.keys, (1 << 41) + 5)] == -1  # a key never put is missing

@@ -1,0 +1,95 @@
+"""The memoised steps of a grammar's pushdown automaton (stack set, byte -> stack set) mirrored
+in arrays, so that compiled code can walk many tokens through them: an open-addressing hash
+table written from Python as steps are made, and the kernel that checks a mask's candidate
+tokens in trie order (CompiledGrammar._check_candidates), returning to Python for each step
+not made yet."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_EMPTY = -1
+
+
+@njit(cache=True, nogil=True)
+def _slot(keys, key):
+    """The slot of `key` in `keys`, or of the empty slot where it would go."""
+    mask = keys.shape[0] - 1
+    h = (key ^ (key >> 8) ^ (key >> 20)) & mask
+    while keys[h] != key and keys[h] != _EMPTY:
+        h = (h + 1) & mask
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _put(keys, vals, key, val):
+    h = _slot(keys, key)
+    vals[h] = val  # the value first: a reader in another thread never sees a key without it
+    keys[h] = key
+
+
+@njit(cache=True, nogil=True)
+def _put_all(keys, vals, src_keys, src_vals):
+    for i in range(src_keys.shape[0]):
+        _put(keys, vals, src_keys[i], src_vals[i])
+
+
+class StepTable:
+    """key (stack set << 8 | byte) -> next stack set, kept at most half full."""
+
+    def __init__(self, capacity: int = 1024):
+        self.keys = np.full(capacity, _EMPTY, np.int64)
+        self.vals = np.zeros(capacity, np.int64)
+        self.size = 0
+
+    def put(self, key: int, val: int) -> None:
+        if 2 * (self.size + 1) > len(self.keys):
+            used = self.keys != _EMPTY
+            keys = np.full(2 * len(self.keys), _EMPTY, np.int64)
+            vals = np.zeros(len(keys), np.int64)
+            _put_all(keys, vals, self.keys[used], self.vals[used])
+            self.keys, self.vals = keys, vals  # (a kernel running meanwhile keeps the old ones)
+        _put(self.keys, self.vals, key, val)
+        self.size += 1
+
+
+@njit(cache=True, nogil=True)
+def check_rows(rows, shared, data, ptr, keys, vals, states, first, found, meta):
+    """Walk trie rows rows[first:] (sorted; shared[k]: the bytes row k shares with row k - 1)
+    through the steps in keys/vals, each from the state after the bytes it shares with the row
+    before (states[d]: the state after d bytes of the row walked last; states[0] the start),
+    skipping the rows that share a prefix that died. The rows read to the end are appended to
+    found (meta[0] of them so far). Returns -1 when done, or the row at which a step is
+    missing (its state and byte in meta[1], meta[2]): make it, then call again from there."""
+    dead = 1 << 30  # the prefix length at which the row walked last died
+    n_found = meta[0]
+    for k in range(first, rows.shape[0]):
+        common = shared[k]
+        if k > first and common >= dead:
+            continue
+        dead = 1 << 30
+        top = common + 1
+        cur = states[common]
+        row = rows[k]
+        alive = True
+        for i in range(ptr[row] + common, ptr[row + 1]):
+            b = data[i]
+            h = _slot(keys, cur << 8 | b)
+            if keys[h] == _EMPTY:
+                meta[0] = n_found
+                meta[1] = cur
+                meta[2] = b
+                return k
+            cur = vals[h]
+            if cur == 0:
+                dead = top
+                alive = False
+                break
+            states[top] = cur
+            top += 1
+        if alive:
+            found[n_found] = row
+            n_found += 1
+    meta[0] = n_found
+    return -1
