@@ -27,10 +27,10 @@ from grammars.vocabulary import Vocabulary
 
 _MAX_STACK_DEPTH = 2000
 _MAX_JUMP = 4096
-# memory a compiled grammar may hold in memoised masks (packed) and frame walks (a byte per
-# token); past it the cache starts over
+# memory a compiled grammar may hold in memoised masks and frame walks (both a bit per token;
+# walks also their candidate ids); past it the cache starts over
 _MASK_CACHE_BYTES = 64 << 20
-_WALK_CACHE_BYTES = 4 << 20
+_WALK_CACHE_BYTES = 16 << 20
 _TOKEN_STEP_CAP = 1 << 16  # memoised (state, token) steps a grammar keeps (~6 MB), then anew
 _NO_FOLLOW = np.zeros(256, np.bool_)
 _scratch = threading.local()  # buffers per thread for the tokens and candidates of walks
@@ -197,7 +197,7 @@ class CompiledGrammar:
         self._walks: dict[tuple[int, bytes | None], tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.RLock()
         self._mask_cap = max(256, _MASK_CACHE_BYTES // (4 * vocab.words))
-        self._walk_cap = max(4, _WALK_CACHE_BYTES // vocab.size)
+        self._walk_bytes = 0  # held by _walks (packed tokens and candidate ids)
         root = machine.rule_start[machine.root]
         self.initial = self._stackset(frozenset([self._stack(root, -1)]))
 
@@ -373,9 +373,13 @@ class CompiledGrammar:
         key = (g, None if follow is None else follow.tobytes())
         hit = self._walks.get(key)
         if hit is None:
-            if len(self._walks) >= self._walk_cap:
+            hit = self.machine.walk(g, follow, self.vocab)
+            size = hit[0].nbytes + hit[1].nbytes
+            if self._walk_bytes + size > _WALK_CACHE_BYTES:
                 self._walks.clear()
-            hit = self._walks[key] = self.machine.walk(g, follow, self.vocab)
+                self._walk_bytes = 0
+            self._walks[key] = hit
+            self._walk_bytes += size
         return hit
 
     def token_key(self, ss: int, token_id: int) -> int | None:
