@@ -343,22 +343,22 @@ class CompiledGrammar:
             return
         trie = vocab.trie
         rows = np.sort(vocab.row_of[candidates])
-        shared = lazydfa.shared_prefixes(trie.lcp, rows)
-        found_rows = np.empty(len(rows), np.int64)
-        meta = np.zeros(3, np.int64)
+        found = np.empty(len(rows), np.int64)
+        pending = np.empty(len(rows), np.int64)
+        missing = np.empty((len(rows), 2), np.int64)
+        meta = np.zeros(2, np.int64)
         states = np.empty(vocab.max_len + 1, np.int64)
         states[0] = ss
         table = self._step_table
-        first = 0
-        while True:  # compiled walks through the steps made so far; Python makes the others
-            first = step_table.check_rows(
-                rows, shared, trie.data, trie.ptr, table.keys, table.vals, states,
-                first, found_rows, meta,
+        while len(rows):  # compiled walks through the steps made so far; Python makes the rest
+            n = step_table.check_rows(
+                rows, lazydfa.shared_prefixes(trie.lcp, rows), trie.data, trie.ptr, table.keys,
+                table.vals, states, found, pending, missing, meta,
             )  # fmt: skip
-            if first < 0:
-                break
-            self.step(int(meta[1]), int(meta[2]))
-        _set_bits(words, trie.ids[found_rows[: meta[0]]])
+            for cur, b in missing[: meta[1]].tolist():
+                self.step(cur, b)
+            rows = pending[:n].copy()
+        _set_bits(words, trie.ids[found[: meta[0]]])
 
     def _walk_frame(self, g: int, parent: int) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the

@@ -55,20 +55,26 @@ class StepTable:
 
 
 @njit(cache=True, nogil=True)
-def check_rows(rows, shared, data, ptr, keys, vals, states, first, found, meta):
-    """Walk trie rows rows[first:] (sorted; shared[k]: the bytes row k shares with row k - 1)
+def check_rows(rows, shared, data, ptr, keys, vals, states, found, pending, missing, meta):
+    """Walk the trie rows `rows` (sorted; shared[k]: the bytes row k shares with row k - 1)
     through the steps in keys/vals, each from the state after the bytes it shares with the row
-    before (states[d]: the state after d bytes of the row walked last; states[0] the start),
-    skipping the rows that share a prefix that died. The rows read to the end are appended to
-    found (meta[0] of them so far). Returns -1 when done, or the row at which a step is
-    missing (its state and byte in meta[1], meta[2]): make it, then call again from there."""
-    dead = 1 << 30  # the prefix length at which the row walked last died
-    n_found = meta[0]
-    for k in range(first, rows.shape[0]):
+    before (states[d]: the state after d bytes of the row walked last; states[0] the start).
+    A row that dies, or reaches a step not made yet, stops there, and so do the rows after it
+    that share the prefix up to that byte. The rows read to the end are appended to `found`
+    (meta[0] of them in all); those that stopped at a missing step go to `pending` (their
+    number is returned), and each missing step once per stopped prefix to `missing` (rows of
+    state, byte; meta[1] of them): make the steps, then call again on the pending rows."""
+    stop = 1 << 30  # the length of the prefix at which the row walked last stopped
+    blocked = False  # whether it stopped at a missing step (or died)
+    n_found, n_missing, n_pending = meta[0], 0, 0
+    for k in range(rows.shape[0]):
         common = shared[k]
-        if k > first and common >= dead:
+        if common >= stop:
+            if blocked:
+                pending[n_pending] = rows[k]
+                n_pending += 1
             continue
-        dead = 1 << 30
+        stop = 1 << 30
         top = common + 1
         cur = states[common]
         row = rows[k]
@@ -77,14 +83,16 @@ def check_rows(rows, shared, data, ptr, keys, vals, states, first, found, meta):
             b = data[i]
             h = _slot(keys, cur << 8 | b)
             if keys[h] == _EMPTY:
-                meta[0] = n_found
-                meta[1] = cur
-                meta[2] = b
-                return k
+                missing[n_missing, 0] = cur
+                missing[n_missing, 1] = b
+                n_missing += 1
+                pending[n_pending] = row
+                n_pending += 1
+                stop, blocked, alive = top, True, False
+                break
             cur = vals[h]
             if cur == 0:
-                dead = top
-                alive = False
+                stop, blocked, alive = top, False, False
                 break
             states[top] = cur
             top += 1
@@ -92,4 +100,5 @@ def check_rows(rows, shared, data, ptr, keys, vals, states, first, found, meta):
             found[n_found] = row
             n_found += 1
     meta[0] = n_found
-    return -1
+    meta[1] = n_missing
+    return n_pending
