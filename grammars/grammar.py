@@ -30,7 +30,7 @@ _MAX_JUMP = 4096
 # memory a compiled grammar may hold in memoised masks and frame walks (both a bit per token;
 # walks also their candidate ids); past it the cache starts over
 _MASK_CACHE_BYTES = 64 << 20
-_WALK_CACHE_BYTES = 16 << 20
+_WALK_CACHE_BYTES = 8 << 20
 _TOKEN_STEP_CAP = 1 << 16  # memoised (state, token) steps a grammar keeps (~6 MB), then anew
 _NO_FOLLOW = np.zeros(256, np.bool_)
 _scratch = threading.local()  # buffers per thread for the tokens and candidates of walks
