@@ -22,7 +22,6 @@ import numpy as np
 from grammars import lazydfa, lazydfa_arrays, lazydfa_chain, nfa_passes, step_table
 from grammars.automaton import NFA
 from grammars.errors import GrammarError
-from grammars.step_table import StepTable
 from grammars.vocabulary import Vocabulary
 
 _MAX_STACK_DEPTH = 2000
@@ -188,7 +187,7 @@ class CompiledGrammar:
         self._sets: list[frozenset] = [frozenset()]
         self._closures: dict[int, tuple[tuple[int, ...], bool]] = {}
         self._steps: dict[int, int] = {}
-        self._step_table = StepTable()  # the same steps, for compiled walks
+        self._step_table = step_table.StepTable()  # the same steps, for compiled walks
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
         # state * vocabulary size + token id -> the state after it, for ordinary tokens read
@@ -335,7 +334,6 @@ class CompiledGrammar:
         one before (a prefix that died kills the tokens that share it)."""
         vocab = self.vocab
         candidates = candidates[(words[candidates >> 5] >> (candidates & 31)) & 1 == 0]
-        found: list[int] = []
         if len(candidates) < _FEW_CANDIDATES:
             tb = vocab.token_bytes
             found = [tid for tid in candidates.tolist() if self.walk(ss, tb[tid])]
@@ -343,7 +341,7 @@ class CompiledGrammar:
             return
         trie = vocab.trie
         rows = np.sort(vocab.row_of[candidates])
-        found = np.empty(len(rows), np.int64)
+        found_rows = np.empty(len(rows), np.int64)
         pending = np.empty(len(rows), np.int64)
         missing = np.empty((len(rows), 2), np.int64)
         meta = np.zeros(2, np.int64)
@@ -353,12 +351,12 @@ class CompiledGrammar:
         while len(rows):  # compiled walks through the steps made so far; Python makes the rest
             n = step_table.check_rows(
                 rows, lazydfa.shared_prefixes(trie.lcp, rows), trie.data, trie.ptr, table.keys,
-                table.vals, states, found, pending, missing, meta,
+                table.vals, states, found_rows, pending, missing, meta,
             )  # fmt: skip
             for cur, b in missing[: meta[1]].tolist():
                 self.step(cur, b)
             rows = pending[:n].copy()
-        _set_bits(words, trie.ids[found[: meta[0]]])
+        _set_bits(words, trie.ids[found_rows[: meta[0]]])
 
     def _walk_frame(self, g: int, parent: int) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the

@@ -69,7 +69,7 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
         np.array(copies, np.int64).reshape(-1, nfa_layout.COPY_COLUMNS),
         pools,
         np.concatenate(tables, axis=1) if tables else np.zeros((3, 0), np.int64),
-        np.arange(len(index), len(index) + pools[1, -1], dtype=np.int64),
+        len(index),
         np.concatenate(accepting) if accepting else np.zeros(0, np.int64),
         np.array([dfa.start for dfa in dfas], np.int64),
     )

@@ -44,11 +44,12 @@ def _by_source(n, src, cols):
 
 
 @njit(cache=True, nogil=True)
-def layout(n, eps, edges, nts, uses, copies, pools, moves, id_map, acc, starts):
+def layout(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts):
     """eps (2, k): from, to; edges (3, k): from, mask id, to; nts (3, k): from, rule, return
     state; uses (k, USE_COLUMNS); copies (k, COPY_COLUMNS); the DFA pools: DFA d's moves are
     moves[:, pools[0, d]:pools[0, d + 1]] (from, the DFA's own mask id, to), its own mask ids
-    i are the NFA's id_map[pools[1, d] + i], its accepting states are
+    i are the NFA's own_masks + pools[1, d] + i (the NFA's own masks first, then each
+    DFA's in order), its accepting states are
     acc[pools[2, d]:pools[2, d + 1]] and its start starts[d]. Returns the CSR arrays (eps_ptr,
     eps_to, e_ptr, e_cols (mask id, to), nt_ptr, nt_cols (rule, return state))."""
     move_ptr, map_ptr, acc_ptr = pools[0], pools[1], pools[2]
@@ -94,7 +95,7 @@ def layout(n, eps, edges, nts, uses, copies, pools, moves, id_map, acc, starts):
             i += 1
         for m in range(move_ptr[d], move_ptr[d + 1]):
             all_e[0, j] = base + moves[0, m]
-            all_e[1, j] = id_map[map_ptr[d] + moves[1, m]]
+            all_e[1, j] = own_masks + map_ptr[d] + moves[1, m]
             all_e[2, j] = base + moves[2, m]
             j += 1
     eps_ptr, eps_to = _by_source(n, all_eps[0], all_eps[1:])

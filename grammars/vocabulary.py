@@ -84,7 +84,6 @@ class Vocabulary:
         self.trie = make_trie(np.array(usable, np.int64), rows, lengths)
         self.row_of = np.zeros(self.size, np.int64)  # each usable token's row in the trie
         self.row_of[self.trie.ids] = np.arange(len(self.trie.ids))
-        self.row_starts = self.trie.ptr.tolist()
         self.max_len = int(width)
         self._chains: dict[tuple[int, bool], ChainLayout] = {}
         eos = np.zeros(self.size, bool)
