@@ -3,8 +3,18 @@
 Importing this package does not import triton; the kernels load on first use.
 """
 
-_TRITON = ("extend_attention_fwd", "decode_attention_fwd", "apply_token_bitmask_inplace")
-_REFERENCE = ("extend_attention_ref", "decode_attention_ref", "apply_token_bitmask_inplace_ref")
+_TRITON = (
+    "extend_attention_fwd",
+    "decode_attention_fwd",
+    "apply_token_bitmask_inplace",
+    "fill_kv_indices",
+)
+_REFERENCE = (
+    "extend_attention_ref",
+    "decode_attention_ref",
+    "apply_token_bitmask_inplace_ref",
+    "fill_kv_indices_ref",
+)
 
 
 def __getattr__(name):

@@ -28,15 +28,18 @@ def extend_attention_ref(
     kv_indices,
     sm_scale=None,
     causal=True,
+    k_scale=1.0,
+    v_scale=1.0,
 ):
-    """Each request's new tokens attend to its cached prefix and (causally) to each other."""
+    """Each request's new tokens attend to its cached prefix and (causally) to each other; the
+    cached K/V are read as stored * k_scale / v_scale."""
     sm_scale = sm_scale if sm_scale is not None else q_extend.shape[-1] ** -0.5
     for i in range(qo_indptr.numel() - 1):
         q0, q1 = int(qo_indptr[i]), int(qo_indptr[i + 1])
         slots = kv_indices[int(kv_indptr[i]) : int(kv_indptr[i + 1])].long()
         prefix = slots.numel()
-        k = torch.cat([k_buffer[slots], k_extend[q0:q1]])
-        v = torch.cat([v_buffer[slots], v_extend[q0:q1]])
+        k = torch.cat([k_buffer[slots].float() * k_scale, k_extend[q0:q1].float()])
+        v = torch.cat([v_buffer[slots].float() * v_scale, v_extend[q0:q1].float()])
         mask = None
         if causal:
             length = q1 - q0
@@ -47,13 +50,23 @@ def extend_attention_ref(
 
 
 def decode_attention_ref(
-    q, k_buffer, v_buffer, o, kv_indptr, kv_indices, num_kv_splits=None, sm_scale=None
+    q,
+    k_buffer,
+    v_buffer,
+    o,
+    kv_indptr,
+    kv_indices,
+    num_kv_splits=None,
+    sm_scale=None,
+    k_scale=1.0,
+    v_scale=1.0,
 ):
-    """One query per request over its KV slots."""
+    """One query per request over its KV slots (read as stored * k_scale / v_scale)."""
     sm_scale = sm_scale if sm_scale is not None else q.shape[-1] ** -0.5
     for i in range(q.shape[0]):
         slots = kv_indices[int(kv_indptr[i]) : int(kv_indptr[i + 1])].long()
-        o[i] = _attend(q[i : i + 1], k_buffer[slots], v_buffer[slots], sm_scale)[0].to(o.dtype)
+        k, v = k_buffer[slots].float() * k_scale, v_buffer[slots].float() * v_scale
+        o[i] = _attend(q[i : i + 1], k, v, sm_scale)[0].to(o.dtype)
 
 
 def apply_token_bitmask_inplace_ref(logits, bitmask, indices=None):
@@ -66,3 +79,10 @@ def apply_token_bitmask_inplace_ref(logits, bitmask, indices=None):
         return
     rows = torch.as_tensor(indices, dtype=torch.int64, device=logits.device)
     logits[rows] = logits[rows].masked_fill(~allowed[rows], float("-inf"))
+
+
+def fill_kv_indices_ref(req_to_token, rows, lens, kv_indptr, kv_indices):
+    """Each request's slots, read from its req_to_token row, laid end to end."""
+    for i in range(rows.numel()):
+        start, n = int(kv_indptr[i]), int(lens[i])
+        kv_indices[start : start + n] = req_to_token[int(rows[i]), :n]

@@ -4,6 +4,10 @@ Loads are upcast to float32 and every accumulation is float32 (also needed under
 TRITON_INTERPRET=1, where bfloat16 arithmetic is wrong). Head dims that are not powers of two
 (80, 96) run in a power-of-two block with the tail masked. The extend kernel's matrix products
 run in full float32 for float32 inputs (not TF32), so that those match the reference.
+
+The KV pool may hold fp8 values (`--kv-cache-dtype fp8_e4m3`): the kernels load any dtype,
+upcast it, and take `k_scale` / `v_scale`, the factors that map stored values back to real
+ones (1.0 for a pool in the model's dtype).
 """
 
 from __future__ import annotations
@@ -15,16 +19,27 @@ import triton.language as tl
 
 @triton.jit
 def _online_softmax_block(
-    q, k_ptrs, v_ptrs, load_mask, keep, sm_scale, m_i, l_i, acc, DOT_PRECISION: tl.constexpr
+    q,
+    k_ptrs,
+    v_ptrs,
+    load_mask,
+    keep,
+    score_scale,
+    v_scale,
+    m_i,
+    l_i,
+    acc,
+    DOT_PRECISION: tl.constexpr,
 ):
-    """One key/value block of flash attention: update the running max, sum and output."""
+    """One key/value block of flash attention: update the running max, sum and output.
+    `score_scale` is softmax's scale times K's storage scale; `v_scale` is V's."""
     k = tl.load(k_ptrs, mask=load_mask, other=0.0).to(tl.float32)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * score_scale
     s = tl.where(keep, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp(s - m_new[:, None])
     alpha = tl.exp(m_i - m_new)
-    v = tl.load(v_ptrs, mask=load_mask, other=0.0).to(tl.float32)
+    v = tl.load(v_ptrs, mask=load_mask, other=0.0).to(tl.float32) * v_scale
     acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
     l_i = l_i * alpha + tl.sum(p, 1)
     return m_new, l_i, acc
@@ -42,6 +57,8 @@ def _extend_kernel(
     kv_indptr,
     kv_indices,
     sm_scale,
+    k_scale,
+    v_scale,
     stride_qt,
     stride_qh,
     stride_kt,
@@ -96,7 +113,8 @@ def _extend_kernel(
             V_buf + slots[:, None] * stride_vbs + kv_head * stride_vbh + offs_d[None, :],
             mask_n[:, None] & mask_d[None, :],
             mask_n[None, :],
-            sm_scale,
+            sm_scale * k_scale,
+            v_scale,
             m_i,
             l_i,
             acc,
@@ -119,6 +137,7 @@ def _extend_kernel(
             mask_n[:, None] & mask_d[None, :],
             keep,
             sm_scale,
+            1.0,
             m_i,
             l_i,
             acc,
@@ -146,9 +165,12 @@ def extend_attention_fwd(
     sm_scale=None,
     causal=True,
     max_extend_len=None,
+    k_scale=1.0,
+    v_scale=1.0,
 ):
     """o_extend[rows of request i] = attention of those rows over the request's cached slots
-    kv_indices[kv_indptr[i]:kv_indptr[i+1]] and, causally, over its own new tokens."""
+    kv_indices[kv_indptr[i]:kv_indptr[i+1]] and, causally, over its own new tokens. The cached
+    K/V are read as stored * k_scale / v_scale; the new tokens' k/v as they are."""
     num_reqs = qo_indptr.numel() - 1
     heads, head_dim = q_extend.shape[1], q_extend.shape[2]
     group = heads // k_extend.shape[1]
@@ -169,6 +191,8 @@ def extend_attention_fwd(
         kv_indptr,
         kv_indices,
         sm_scale if sm_scale is not None else head_dim**-0.5,
+        float(k_scale),
+        float(v_scale),
         q_extend.stride(0),
         q_extend.stride(1),
         k_extend.stride(0),
@@ -206,7 +230,8 @@ def _decode_split_kernel(
     kv_indptr,
     kv_indices,
     Partial,
-    sm_scale,
+    score_scale,
+    v_scale,
     stride_qb,
     stride_qh,
     stride_kbs,
@@ -249,7 +274,7 @@ def _decode_split_kernel(
             mask=mask_n[:, None] & mask_d[None, :],
             other=0.0,
         ).to(tl.float32)
-        s = tl.sum(q[None, :] * k, 1) * sm_scale
+        s = tl.sum(q[None, :] * k, 1) * score_scale
         s = tl.where(mask_n, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 0))
         p = tl.exp(s - m_new)
@@ -264,7 +289,7 @@ def _decode_split_kernel(
         m_i = m_new
     base = Partial + req * stride_pb + head * stride_ph + split * stride_ps
     if hi > lo:
-        tl.store(base + offs_d, acc / l_i, mask=mask_d)
+        tl.store(base + offs_d, acc / l_i * v_scale, mask=mask_d)
         tl.store(base + HEAD_DIM, m_i + tl.log(l_i))  # log-sum-exp of this split's scores
     else:
         tl.store(base + HEAD_DIM, float("-inf"))
@@ -309,10 +334,20 @@ def _decode_reduce_kernel(
 
 
 def decode_attention_fwd(
-    q, k_buffer, v_buffer, o, kv_indptr, kv_indices, num_kv_splits, sm_scale=None
+    q,
+    k_buffer,
+    v_buffer,
+    o,
+    kv_indptr,
+    kv_indices,
+    num_kv_splits,
+    sm_scale=None,
+    k_scale=1.0,
+    v_scale=1.0,
 ):
     """Flash-decoding: each request's KV is split into num_kv_splits ranges processed in parallel,
-    then merged with a log-sum-exp reduction. q, o: [batch, heads, head_dim]."""
+    then merged with a log-sum-exp reduction. q, o: [batch, heads, head_dim]; the pool's K/V are
+    read as stored * k_scale / v_scale."""
     batch, heads, head_dim = q.shape
     if batch == 0:
         return
@@ -329,7 +364,8 @@ def decode_attention_fwd(
         kv_indptr,
         kv_indices,
         partial,
-        sm_scale if sm_scale is not None else head_dim**-0.5,
+        (sm_scale if sm_scale is not None else head_dim**-0.5) * float(k_scale),
+        float(v_scale),
         q.stride(0),
         q.stride(1),
         k_buffer.stride(0),
@@ -385,3 +421,27 @@ def apply_token_bitmask_inplace(logits, bitmask, indices=None):
     _bitmask_kernel[(rows.numel(), triton.cdiv(vocab, block))](
         logits, bitmask, rows, vocab, logits.stride(0), bitmask.stride(0), BLOCK=block
     )
+
+
+@triton.jit
+def _kv_indices_kernel(ReqToToken, Rows, Lens, Indptr, Out, stride_row, BLOCK: tl.constexpr):
+    i = tl.program_id(0)
+    row = tl.load(Rows + i).to(tl.int64)
+    length = tl.load(Lens + i)
+    start = tl.load(Indptr + i)
+    for first in range(0, length, BLOCK):
+        offs = first + tl.arange(0, BLOCK)
+        keep = offs < length
+        slots = tl.load(ReqToToken + row * stride_row + offs, mask=keep)
+        tl.store(Out + start + offs, slots, mask=keep)
+
+
+def fill_kv_indices(req_to_token, rows, lens, kv_indptr, kv_indices):
+    """kv_indices[kv_indptr[i] : kv_indptr[i] + lens[i]] = req_to_token[rows[i], :lens[i]] for
+    each request i, in one launch whose shape depends only on the batch size (so a CUDA graph
+    can hold it)."""
+    batch = rows.numel()
+    if batch:
+        _kv_indices_kernel[(batch,)](
+            req_to_token, rows, lens, kv_indptr, kv_indices, req_to_token.stride(0), BLOCK=256
+        )

@@ -16,6 +16,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
 LOAD_BALANCE_METHODS = ("cache_aware", "round_robin", "shortest_queue")
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
+MAX_CUDA_GRAPH_BS = 1024
 
 
 def _opt(default, help: str, **extra):
@@ -68,6 +70,25 @@ class ServerArgs:
         None,
         "Attention implementation (default: triton on CUDA, torch on CPU).",
         choices=ATTENTION_BACKENDS,
+    )
+    kv_cache_dtype: str = _opt(
+        "auto",
+        "How the KV cache stores keys and values: auto (the model's dtype) or one byte per "
+        "value, fp8_e4m3 / fp8_e5m2 (twice the tokens of bf16 in the same memory; values "
+        "rounded to fp8 and clamped to its range, scale 1.0). On the CPU fp8 turns off the "
+        "native float32 decode kernels, so it saves memory at a cost in speed.",
+        choices=KV_CACHE_DTYPES,
+    )
+    disable_cuda_graph: bool = _opt(
+        False,
+        "On CUDA, run decode steps eagerly instead of replaying CUDA graphs captured at start "
+        "(no effect on the CPU).",
+    )
+    cuda_graph_max_bs: int = _opt(
+        160,
+        "Largest decode batch run as a CUDA graph; graphs are captured at start for batch "
+        "sizes 1, 2, 4, 8, then every 8 up to this, and a batch runs in the smallest that "
+        "holds it (larger batches run eagerly).",
     )
     schedule_policy: str = _opt("lpm", "Order of the waiting queue.", choices=SCHEDULE_POLICIES)
     disable_radix_cache: bool = _opt(
@@ -171,6 +192,7 @@ class ServerArgs:
             ("log_level", LOG_LEVELS),
             ("quantization", QUANTIZATIONS),
             ("load_balance_method", LOAD_BALANCE_METHODS),
+            ("kv_cache_dtype", KV_CACHE_DTYPES),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -204,6 +226,11 @@ class ServerArgs:
             raise ValueError("json_number_digits must be 0 (no limit) or a number of digits")
         if not self.header_read_timeout > 0:
             raise ValueError("header_read_timeout must be a positive number of seconds")
+        if not 1 <= self.cuda_graph_max_bs <= MAX_CUDA_GRAPH_BS:
+            raise ValueError(
+                f"cuda_graph_max_bs must lie in [1, {MAX_CUDA_GRAPH_BS}], "
+                f"got {self.cuda_graph_max_bs}"
+            )
         if self.dp_size < 1:
             raise ValueError("dp_size must be at least 1")
         if self.dp_size > MAX_DP_SIZE:  # each worker is a process holding a whole model copy

@@ -2,11 +2,23 @@
 
 Slot 0 of the KV pool is a zeroed padding slot that is never handed out, so padded gathers
 read finite values.
+
+The pool may store K/V in an fp8 format (`--kv-cache-dtype fp8_e4m3`): a value x is kept as
+x / scale rounded to fp8 (clamped to the format's range) and read back as stored * scale, with
+one scale for K and one for V. Readers upcast with `load`; kernels take the scales as arguments.
 """
 
 from __future__ import annotations
 
 import torch
+
+KV_CACHE_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def kv_cache_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
+    """The dtype K/V are stored in: `auto` keeps the model's, `fp8_e4m3` / `fp8_e5m2` store
+    one byte per value."""
+    return model_dtype if name == "auto" else KV_CACHE_DTYPES[name]
 
 
 class ReqToTokenPool:
@@ -46,9 +58,13 @@ class TokenToKVPool:
         head_dim: int,
         dtype: torch.dtype,
         device: str = "cpu",
+        k_scale: float = 1.0,
+        v_scale: float = 1.0,
     ):
         self.size = num_slots
         self.dtype = dtype
+        self.fp8 = dtype in KV_CACHE_DTYPES.values()
+        self.k_scale, self.v_scale = (k_scale, v_scale) if self.fp8 else (1.0, 1.0)
         shape = (kv_heads, num_slots + 1, head_dim)
         self.k_heads = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v_heads = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -77,5 +93,20 @@ class TokenToKVPool:
             self.free_slots = torch.cat([self.free_slots, slots.to(torch.int64)])
 
     def set_kv(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        self.k_buffers[layer][loc] = k
-        self.v_buffers[layer][loc] = v
+        self.k_buffers[layer][loc] = self.store(k, self.k_scale)
+        self.v_buffers[layer][loc] = self.store(v, self.v_scale)
+
+    def store(self, x: torch.Tensor, scale: float) -> torch.Tensor:
+        """x as this pool keeps it: unchanged, or divided by `scale` and rounded to fp8 within
+        the format's finite range (a cast alone would turn larger values into NaN)."""
+        if not self.fp8:
+            return x
+        limit = torch.finfo(self.dtype).max
+        return (x.float() / scale).clamp_(-limit, limit).to(self.dtype)
+
+    def load(self, stored: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+        """Values gathered from this pool as real values in `dtype`."""
+        if not self.fp8:
+            return stored
+        out = stored.to(dtype)
+        return out if scale == 1.0 else out.mul_(scale)

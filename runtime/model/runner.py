@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from runtime.cache.memory_pool import ReqToTokenPool, TokenToKVPool
+from runtime.cache.memory_pool import ReqToTokenPool, TokenToKVPool, kv_cache_dtype
 from runtime.model import qgemv
 from runtime.model.attention.base import ForwardBatch
 from runtime.model.attention.registry import create_attention_backend
@@ -105,6 +105,7 @@ class ModelRunner:
             args.quantization, self.device, self.gguf_path, parallel.tp_size
         )
         self.dtype = pick_dtype(args.dtype, self.device, self.quantization is not None)
+        self.kv_dtype = kv_cache_dtype(args.kv_cache_dtype, self.dtype)
         self.config = ModelConfig.from_folder(self.model_folder)
         check_shapes(self.config, parallel.tp_size)
         if parallel.tp_size > 1 and self.device == "cpu" and args.cpu_threads is None:
@@ -134,13 +135,30 @@ class ModelRunner:
             self.config.num_layers,
             head_shard(self.config, self.tp.rank, self.tp.size).kv_heads,
             self.config.head_dim,
-            self.dtype,
+            self.kv_dtype,
             self.device,
         )
         backend = args.attention_backend or ("triton" if self.device == "cuda" else "torch")
         self.attention_backend = create_attention_backend(
             backend, self.req_to_token_pool, self.kv_pool
         )
+        self.decode_graphs = None
+        if self._use_cuda_graphs(backend):
+            from runtime.model.cuda_graph import DecodeGraphs
+
+            self.decode_graphs = DecodeGraphs(
+                self, min(args.cuda_graph_max_bs, args.max_running_requests)
+            )
+
+    def _use_cuda_graphs(self, backend: str) -> bool:
+        """CUDA graphs for decode steps: on CUDA with the triton backend (whose metadata a graph
+        can hold), without tensor parallelism (its ranks run steps rank 0 sends, eagerly)."""
+        if self.device != "cuda" or self.args.disable_cuda_graph:
+            return False
+        if backend != "triton" or self.tp.enabled:
+            logger.info("CUDA graphs off: they run with the triton backend and --tp-size 1")
+            return False
+        return True
 
     def _load_model(self) -> LlamaForCausalLM:
         torch.manual_seed(self.args.random_seed)
@@ -165,7 +183,9 @@ class ModelRunner:
             return self.args.max_total_tokens
         cfg = self.config
         kv_heads = head_shard(cfg, self.tp.rank, self.tp.size).kv_heads
-        per_token = 2 * cfg.num_layers * kv_heads * cfg.head_dim * torch.finfo(self.dtype).bits // 8
+        per_token = (
+            2 * cfg.num_layers * kv_heads * cfg.head_dim * torch.finfo(self.kv_dtype).bits // 8
+        )
         if self.device == "cuda":
             free, _ = torch.cuda.mem_get_info()
             return int(free * self.args.mem_fraction // per_token)
@@ -190,6 +210,8 @@ class ModelRunner:
             raise TensorParallelError(f"a tensor-parallel forward failed: {exc}") from exc
 
     def _forward(self, batch: ForwardBatch) -> torch.Tensor | None:
+        if self.decode_graphs is not None and self.decode_graphs.can_run(batch):
+            return self.decode_graphs.run(batch)
         self.attention_backend.init_forward_metadata(batch)
         hidden = self.model(batch, self.attention_backend)
         return self.model.compute_logits(hidden[batch.logit_rows])

@@ -11,6 +11,8 @@ from kernels import (
     decode_attention_ref,
     extend_attention_fwd,
     extend_attention_ref,
+    fill_kv_indices,
+    fill_kv_indices_ref,
 )
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -70,6 +72,48 @@ def test_decode_matches_reference(ratio, head_dim, dtype):
         decode_attention_fwd(q, k_buf, v_buf, out, kv_indptr, kv_indices, splits)
         decode_attention_ref(q, k_buf, v_buf, ref, kv_indptr, kv_indices)
         assert (out.float() - ref.float()).abs().max() < TOL[dtype]
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_kernels_read_fp8_pools_with_their_scales(kv_dtype):
+    """An fp8 KV pool (--kv-cache-dtype) read by both kernels with K and V scales, against the
+    references reading the same stored values."""
+    gen = torch.Generator().manual_seed(11)
+    kv_heads, heads, head_dim, scales = 2, 6, 64, dict(k_scale=0.5, v_scale=2.0)
+    k_buf, v_buf = make_pool(160, kv_heads, head_dim, torch.float32, gen)
+    k_buf, v_buf = k_buf.to(kv_dtype), v_buf.to(kv_dtype)
+    kv_indptr, kv_indices = ragged([5, 33, 17], gen, 160)
+    q = torch.randn(3, heads, head_dim, generator=gen).to(DEVICE)
+    out, ref = torch.empty_like(q), torch.empty_like(q)
+    decode_attention_fwd(q, k_buf, v_buf, out, kv_indptr, kv_indices, 4, **scales)
+    decode_attention_ref(q, k_buf, v_buf, ref, kv_indptr, kv_indices, **scales)
+    assert (out - ref).abs().max() < TOL[torch.float32]
+    unscaled = torch.empty_like(q)  # the scales are applied: without them the result differs
+    decode_attention_fwd(q, k_buf, v_buf, unscaled, kv_indptr, kv_indices, 4)
+    assert (unscaled - ref).abs().max() > 0.1
+
+    qo_indptr, _ = ragged([3, 1, 4], gen, 160)
+    qe = torch.randn(8, heads, head_dim, generator=gen).to(DEVICE)
+    ke = torch.randn(8, kv_heads, head_dim, generator=gen).to(DEVICE)
+    ve = torch.randn(8, kv_heads, head_dim, generator=gen).to(DEVICE)
+    out, ref = torch.empty_like(qe), torch.empty_like(qe)
+    args = (k_buf, v_buf, qo_indptr, kv_indptr, kv_indices)
+    extend_attention_fwd(qe, ke, ve, out, *args, **scales)
+    extend_attention_ref(qe, ke, ve, ref, *args, **scales)
+    assert (out - ref).abs().max() < TOL[torch.float32]
+
+
+def test_fill_kv_indices_lays_each_requests_slots_end_to_end():
+    gen = torch.Generator().manual_seed(5)
+    table = torch.randint(1, 10_000, (6, 700), generator=gen, dtype=torch.int32).to(DEVICE)
+    rows = torch.tensor([4, 0, 5, 2], device=DEVICE)
+    lens = torch.tensor([1, 600, 0, 257], device=DEVICE)  # past one block of 256, and empty
+    indptr = torch.nn.functional.pad(lens.cumsum(0), (1, 0)).to(torch.int32)
+    out = torch.full((int(lens.sum()) + 3,), -1, dtype=torch.int32, device=DEVICE)
+    ref = out.clone()
+    fill_kv_indices(table, rows, lens, indptr, out)
+    fill_kv_indices_ref(table, rows, lens, indptr, ref)
+    assert torch.equal(out, ref) and (out[-3:] == -1).all()
 
 
 @pytest.mark.parametrize("indices", [None, [0, 2]])

@@ -6,6 +6,15 @@ import torch
 from runtime.model.loader import copy_tokenizer_files, resolve_model_path
 
 
+@pytest.fixture
+def one_thread():
+    # one kernel thread: servers started by other tests may be sharing the two cores
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def smollm2_folder() -> str:
     return resolve_model_path("smollm2")

@@ -75,6 +75,7 @@ class TorchAttentionBackend(AttentionBackend):
         if not (qgemv.write_kv(k_heads, loc, k) and qgemv.write_kv(v_heads, loc, v)):
             self.kv_pool.set_kv(layer, loc, k, v)
         meta: _TorchMetadata = batch.metadata
+        pool = self.kv_pool
         if not meta.extends:  # all decodes, in row order
             return self._decode(q, k_heads, v_heads, meta).reshape(q.shape[0], -1)
         out = torch.empty_like(q)
@@ -82,16 +83,15 @@ class TorchAttentionBackend(AttentionBackend):
             out[meta.decode_rows] = self._decode(q[meta.decode_rows], k_heads, v_heads, meta)
         for start, end, slots, mask in meta.extends:
             qe = q[start:end].transpose(0, 1).unsqueeze(0)  # [1, H, L, d]
-            ke = k_heads.index_select(1, slots).unsqueeze(0)  # [1, KVH, S, d]
-            ve = v_heads.index_select(1, slots).unsqueeze(0)
+            ke = pool.load(k_heads.index_select(1, slots), pool.k_scale, q.dtype)[None]
+            ve = pool.load(v_heads.index_select(1, slots), pool.v_scale, q.dtype)[None]
             oe = F.scaled_dot_product_attention(
                 qe, ke, ve, attn_mask=mask, is_causal=mask is None, enable_gqa=True
             )
             out[start:end] = oe.squeeze(0).transpose(0, 1)
         return out.reshape(q.shape[0], -1)
 
-    @staticmethod
-    def _decode(q, k_heads, v_heads, meta: _TorchMetadata) -> torch.Tensor:
+    def _decode(self, q, k_heads, v_heads, meta: _TorchMetadata) -> torch.Tensor:
         # Plain bmm over (kv head, request) pairs: torch's CPU flash kernel is slow for one query
         # per request; one gather per tensor over the head-major pool gives BLAS-ready blocks.
         native = qgemv.decode_attention(q, k_heads, v_heads, meta.decode_slots, meta.decode_lens)
@@ -102,8 +102,11 @@ class TorchAttentionBackend(AttentionBackend):
         group = heads // kv_heads
         length = meta.decode_slots.shape[1]
         flat = meta.decode_slots.reshape(-1)
-        k = k_heads.index_select(1, flat).view(kv_heads * batch, length, dim)
-        v = v_heads.index_select(1, flat).view(kv_heads * batch, length, dim)
+        pool = self.kv_pool
+        k = pool.load(k_heads.index_select(1, flat), pool.k_scale, q.dtype)
+        v = pool.load(v_heads.index_select(1, flat), pool.v_scale, q.dtype)
+        k = k.view(kv_heads * batch, length, dim)
+        v = v.view(kv_heads * batch, length, dim)
         qg = (
             q.view(batch, kv_heads, group, dim)
             .transpose(0, 1)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels.triton_ops import decode_attention_fwd, extend_attention_fwd
+from kernels.triton_ops import decode_attention_fwd, extend_attention_fwd, fill_kv_indices
 from runtime.model.attention.base import AttentionBackend, ForwardBatch
 
 DEFAULT_KV_SPLITS = 8
@@ -27,36 +27,51 @@ class TritonAttentionBackend(AttentionBackend):
     kernel for every request (a decode is an extend of one token)."""
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
-        table = self.req_to_token_pool.req_to_token
-        device = table.device
         decode_only = all(n == 1 for n in batch.extend_lens)
         # decode reads the new token from the pool too; extend reads it from k/v directly
-        kv_lens = (
-            batch.seq_lens
-            if decode_only
-            else [s - e for s, e in zip(batch.seq_lens, batch.extend_lens)]
-        )
-        kv_indices = torch.cat(
-            [table[row, :n] for row, n in zip(batch.req_pool_indices, kv_lens)]
-            or [torch.empty(0, dtype=torch.int32, device=device)]
-        )
-        _, extend_lens, seq_lens = batch.request_tensors(device)
+        cached = sum(batch.seq_lens) - (0 if decode_only else sum(batch.extend_lens))
+        kv_indices = torch.empty(cached, dtype=torch.int32, device=batch.input_ids.device)
+        self._set_metadata(batch, decode_only, kv_indices, max(batch.extend_lens, default=0))
+
+    def init_decode_graph_metadata(self, batch: ForwardBatch, kv_indices: torch.Tensor) -> None:
+        """Metadata of a decode-only batch built on the device alone, into `kv_indices` (a
+        buffer large enough for any batch): no host value of this step is read, so a CUDA graph
+        can hold it and replay it for new lengths."""
+        self._set_metadata(batch, True, kv_indices, 1)
+
+    def _set_metadata(
+        self, batch: ForwardBatch, decode_only: bool, kv_indices: torch.Tensor, max_extend: int
+    ) -> None:
+        table = self.req_to_token_pool.req_to_token
+        rows, extend_lens, seq_lens = batch.request_tensors(table.device)
+        kv_lens = seq_lens if decode_only else seq_lens - extend_lens
+        kv_indptr = _indptr(kv_lens)
+        fill_kv_indices(table, rows, kv_lens, kv_indptr, kv_indices)
         batch.metadata = _TritonMetadata(
             decode_only=decode_only,
             qo_indptr=_indptr(extend_lens),
-            kv_indptr=_indptr(seq_lens if decode_only else seq_lens - extend_lens),
-            kv_indices=kv_indices.to(torch.int32),
-            max_extend_len=max(batch.extend_lens, default=0),
+            kv_indptr=kv_indptr,
+            kv_indices=kv_indices,
+            max_extend_len=max_extend,
         )
 
     def forward(self, q, k, v, layer, batch):
         self.kv_pool.set_kv(layer, batch.out_cache_loc, k, v)
         meta: _TritonMetadata = batch.metadata
-        k_buf, v_buf = self.kv_pool.k_buffers[layer], self.kv_pool.v_buffers[layer]
+        pool = self.kv_pool
+        k_buf, v_buf = pool.k_buffers[layer], pool.v_buffers[layer]
+        scales = dict(k_scale=pool.k_scale, v_scale=pool.v_scale)
         out = torch.empty_like(q)
         if meta.decode_only:
             decode_attention_fwd(
-                q, k_buf, v_buf, out, meta.kv_indptr, meta.kv_indices, DEFAULT_KV_SPLITS
+                q,
+                k_buf,
+                v_buf,
+                out,
+                meta.kv_indptr,
+                meta.kv_indices,
+                DEFAULT_KV_SPLITS,
+                **scales,
             )
         else:
             extend_attention_fwd(
@@ -70,6 +85,7 @@ class TritonAttentionBackend(AttentionBackend):
                 meta.kv_indptr,
                 meta.kv_indices,
                 max_extend_len=meta.max_extend_len,
+                **scales,
             )
         return out.reshape(q.shape[0], -1)
 

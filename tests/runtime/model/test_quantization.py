@@ -212,15 +212,6 @@ def test_auto_keeps_the_files_precision_on_the_cpu_only():
         pick_quantization("int4", "cuda", smollm2)
 
 
-@pytest.fixture
-def one_thread():
-    # one kernel thread: servers started by other tests may be sharing the two cores
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _perplexity(runner: DirectRunner, ids: list[int], chunk: int) -> float:
     nll = 0.0
     for start in range(0, len(ids) - 1, chunk):

@@ -134,11 +134,21 @@ def test_steps_keep_every_tensor_on_the_runner_device(meta_scheduler):
     assert guards[-1].to_device == 2
 
 
-def test_triton_backend_metadata_is_built_on_the_device(meta_scheduler):
-    """The GPU backend's per-step index tensors (its kernels cannot run on meta): built from
+def test_triton_backend_metadata_is_built_on_the_device(meta_scheduler, monkeypatch):
+    """The GPU backend's per-step index tensors (its kernels cannot run on meta, so the one
+    that gathers the slot indices is checked for its arguments' devices instead): built from
     the batch's own device tensors, with no copy and no sync."""
+    from runtime.model.attention import triton_backend
     from runtime.model.attention.base import ForwardBatch
     from runtime.model.attention.triton_backend import TritonAttentionBackend
+
+    launches = []
+
+    def fill_kv_indices(*tensors):
+        assert all(t.is_meta for t in tensors), [t.device for t in tensors]
+        launches.append(len(tensors))
+
+    monkeypatch.setattr(triton_backend, "fill_kv_indices", fill_kv_indices)
 
     runner = meta_scheduler.runner
     backend = TritonAttentionBackend(runner.req_to_token_pool, runner.kv_pool)
@@ -155,3 +165,4 @@ def test_triton_backend_metadata_is_built_on_the_device(meta_scheduler):
         meta = batch.metadata
         assert all(t.is_meta for t in (meta.qo_indptr, meta.kv_indptr, meta.kv_indices))
         assert meta.decode_only == (tokens == len(requests))
+    assert launches == [5, 5]

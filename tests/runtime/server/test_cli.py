@@ -38,6 +38,8 @@ def serve(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["--cpu-threads", "0"], "--cpu-threads"),
         (["--header-read-timeout", "0"], "--header-read-timeout"),
         (["--quantization", "int5"], "--quantization"),
+        (["--kv-cache-dtype", "int8"], "--kv-cache-dtype"),
+        (["--cuda-graph-max-bs", "0"], "--cuda-graph-max-bs"),
         (["--chat-template", "/no/such/template.jinja"], "--chat-template"),
         (["--tokenizer-path", "/no/such/tokenizer"], "--tokenizer-path"),
     ],

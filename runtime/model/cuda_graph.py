@@ -1,0 +1,128 @@
+"""Decode steps replayed as CUDA graphs.
+
+A decode step launches hundreds of small kernels (a few per layer); on a GPU the host's time
+to launch them, not the GPU's work, bounds a small batch. At start-up the runner captures one
+graph per batch-size bucket (1, 2, 4, 8, then every 8 up to `--cuda-graph-max-bs`) over
+static buffers; a decode batch of `bs` requests is copied into the buffers, padded up to the
+smallest bucket that holds it, and the bucket's graph is replayed.
+
+Padding rows are decodes of one token at position 0 whose K/V go to slot 0 (the pool's
+padding slot, never handed out) and whose slot table is a reserved row of zeros: they read and
+write nothing a real request owns. Everything a graph runs reads the step only through the
+static buffers (the attention metadata too: `init_decode_graph_metadata`), never a host value.
+
+`DecodeGraphs(..., capture=False)` runs the same padded, static-buffer step eagerly: that is
+how the CPU tests check the padding and buffer logic without a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from runtime.model.attention.base import ForwardBatch
+
+logger = logging.getLogger(__name__)
+
+
+def graph_batch_sizes(max_bs: int) -> list[int]:
+    """The captured batch sizes: 1, 2, 4, 8, 16, 24, ... and max_bs itself."""
+    sizes = {b for b in (1, 2, 4) if b < max_bs} | set(range(8, max_bs, 8)) | {max_bs}
+    return sorted(sizes)
+
+
+class DecodeGraphs:
+    """Static buffers for decode batches of up to max_bs requests, and a graph per bucket."""
+
+    def __init__(self, runner, max_bs: int, capture: bool = True):
+        """`runner`: a ModelRunner whose backend has `init_decode_graph_metadata` (triton)."""
+        self.runner = runner
+        self.sizes = graph_batch_sizes(max_bs)
+        self.max_bs = self.sizes[-1]
+        table = runner.req_to_token_pool
+        device = table.req_to_token.device
+        self.pad_row = table.alloc()  # padding requests read slot 0 through this row of zeros
+        table.req_to_token[self.pad_row].zero_()
+        self.input_ids = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
+        self.out_cache_loc = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
+        # rows of request_lens: slot-table row, new tokens (always 1), tokens with KV
+        self.request_lens = torch.ones((3, self.max_bs), dtype=torch.int64, device=device)
+        self.request_lens[0] = self.pad_row
+        self.rows = torch.arange(self.max_bs, device=device)
+        self.kv_indices = torch.zeros(
+            self.max_bs * table.max_context, dtype=torch.int32, device=device
+        )
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+        if capture:
+            self._capture_all()
+
+    def can_run(self, batch: ForwardBatch) -> bool:
+        """Whether `batch` is a decode-only batch small enough for a bucket."""
+        n = len(batch.extend_lens)
+        return 0 < n <= self.max_bs and batch.num_tokens == n
+
+    def run(self, batch: ForwardBatch) -> torch.Tensor:
+        """Logits of `batch.logit_rows`, as `ModelRunner.forward` returns them. The result is a
+        view of the graph's output, valid until the next step."""
+        bs = len(batch.extend_lens)
+        size = next(s for s in self.sizes if s >= bs)
+        rows, _, seq_lens = batch.request_tensors(self.input_ids.device)
+        self.input_ids[:bs].copy_(batch.input_ids)
+        self.positions[:bs].copy_(batch.positions)
+        self.out_cache_loc[:bs].copy_(batch.out_cache_loc)
+        self.request_lens[0, :bs].copy_(rows)
+        self.request_lens[2, :bs].copy_(seq_lens)
+        if size > bs:  # a larger batch may have left real slots and rows there
+            self.out_cache_loc[bs:size].zero_()
+            self.request_lens[0, bs:size] = self.pad_row
+            self.request_lens[2, bs:size] = 1
+        if size in self.graphs:
+            self.graphs[size].replay()
+            logits = self.outputs[size]
+        else:
+            logits = self._step(size)
+        return logits[:bs].index_select(0, batch.logit_rows)
+
+    def _step(self, size: int) -> torch.Tensor:
+        """One decode step of the first `size` rows of the static buffers, all on the device."""
+        batch = ForwardBatch(
+            input_ids=self.input_ids[:size],
+            positions=self.positions[:size],
+            out_cache_loc=self.out_cache_loc[:size],
+            req_pool_indices=[self.pad_row] * size,  # host lists: never read on this path
+            extend_lens=[1] * size,
+            seq_lens=[1] * size,
+            logit_rows=self.rows[:size],
+            request_lens=self.request_lens[:, :size],
+        )
+        runner = self.runner
+        runner.attention_backend.init_decode_graph_metadata(batch, self.kv_indices)
+        hidden = runner.model(batch, runner.attention_backend)
+        return runner.model.compute_logits(hidden)
+
+    def _capture_all(self) -> None:
+        start = time.perf_counter()
+        torch.cuda.synchronize()
+        pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream()
+        for size in reversed(self.sizes):  # largest first: the others fit in its memory
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # compiles the Triton kernels outside the capture
+                    self._step(size)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, stream=stream):
+                self.outputs[size] = self._step(size)
+            self.graphs[size] = graph
+        torch.cuda.synchronize()
+        logger.info(
+            "captured %d decode CUDA graphs (batch sizes up to %d) in %.1fs",
+            len(self.graphs),
+            self.max_bs,
+            time.perf_counter() - start,
+        )
