@@ -134,10 +134,9 @@ def test_token_bitmask(indices):
 
 def test_whole_model_on_triton_backend_matches_torch(tmp_path):
     from runtime import Engine
-    from runtime.model.loader import resolve_model_path
-    from tests.runtime.conftest import make_tiny_model
+    from tests.runtime.conftest import make_tiny_model, tokenizer_folder
 
-    folder = make_tiny_model(str(tmp_path), resolve_model_path("smollm2"), "llama", seed=5)
+    folder = make_tiny_model(str(tmp_path), tokenizer_folder(), "llama", seed=5)
     prompts = [[5, 17, 300, 41, 9, 77], [1000, 2000, 3000]]
     outputs = {}
     for backend in ("torch", "triton"):

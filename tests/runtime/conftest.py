@@ -1,5 +1,7 @@
 """Models for the runtime tests: the real SmolLM2 and tiny random Llama-family models."""
 
+import os
+
 import pytest
 import torch
 
@@ -18,6 +20,12 @@ def one_thread():
 @pytest.fixture(scope="session")
 def smollm2_folder() -> str:
     return resolve_model_path("smollm2")
+
+
+def tokenizer_folder() -> str:
+    """SmolLM2's tokenizer files: $RADIXGEN_TOKENIZER_DIR where the GGUF package is not
+    installed (a GPU machine, benchmarks/gpu_check.sh), else the smollm2 alias's folder."""
+    return os.environ.get("RADIXGEN_TOKENIZER_DIR") or resolve_model_path("smollm2")
 
 
 def tiny_config(model_type: str, **overrides):

@@ -1,13 +1,14 @@
-"""Decode steps through the CUDA-graph buffers (runtime/model/cuda_graph.py), run eagerly on the
-CPU: the padded static-buffer step must give the eager step's logits and leave every real
-request's KV as the eager step leaves it, across batches that grow and shrink between buckets.
-The capture itself needs CUDA and runs in benchmarks/gpu_check.sh."""
+"""Decode steps through the CUDA-graph buffers (runtime/model/cuda_graph.py): the padded
+static-buffer step must give the eager step's logits and leave every real request's KV as the
+eager step leaves it, across batches that grow and shrink between buckets. On the CPU the
+static step runs eagerly (Triton's interpreter); on a GPU (benchmarks/gpu_check.sh) the graphs
+are captured and replayed."""
 
 import pytest
 import torch
 
 from runtime.model.cuda_graph import DecodeGraphs, graph_batch_sizes
-from tests.runtime.conftest import make_tiny_model
+from tests.runtime.conftest import make_tiny_model, tokenizer_folder
 from tests.runtime.model.test_model_executor import DirectRunner
 
 
@@ -20,15 +21,23 @@ def test_batch_size_buckets():
 
 
 @pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, smollm2_folder):
-    return make_tiny_model(str(tmp_path_factory.mktemp("graph")), smollm2_folder, "llama", seed=3)
+def tiny_folder(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("graph"))
+    return make_tiny_model(folder, tokenizer_folder(), "llama", seed=3)
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
 def test_padded_static_decode_matches_the_eager_step(tiny_folder, kv_cache_dtype):
-    options = dict(backend="triton", max_total_tokens=400, kv_cache_dtype=kv_cache_dtype)
+    options = dict(
+        backend="triton",
+        max_total_tokens=400,
+        kv_cache_dtype=kv_cache_dtype,
+        disable_cuda_graph=True,  # the graphs are made here, with 8 as the largest bucket
+    )
     eager, graphed = DirectRunner(tiny_folder, **options), DirectRunner(tiny_folder, **options)
-    graphs = DecodeGraphs(graphed.runner, 8, capture=False)
+    capture = torch.cuda.is_available()  # on a GPU the graphs are captured and replayed
+    graphs = DecodeGraphs(graphed.runner, 8, capture=capture)
+    assert len(graphs.graphs) == (4 if capture else 0)
     graphed.runner.decode_graphs = graphs
     assert graphs.sizes == [1, 2, 4, 8]
     gen = torch.Generator().manual_seed(0)
