@@ -1,13 +1,15 @@
 """Triton kernels: extend and decode attention over the token-index KV pool, and the token bitmask.
 
-Loads are upcast to float32 and every accumulation is float32 (also needed under
-TRITON_INTERPRET=1, where bfloat16 arithmetic is wrong). Head dims that are not powers of two
-(80, 96) run in a power-of-two block with the tail masked. The extend kernel's matrix products
-run in full float32 for float32 inputs (not TF32), so that those match the reference.
+Matrix products take q's dtype (bf16/fp16 tensor-core products on a GPU) and every sum,
+softmax and accumulation is float32. Under TRITON_INTERPRET=1, whose bfloat16 arithmetic is
+wrong, bf16 loads are upcast to float32 first (`_upcast`). Float32 inputs multiply in full
+float32 (not TF32), so that they match the reference. Decode reads each K/V block once for all
+the query heads that share it (a 16-row product per KV head). Head dims that are not powers of
+two (80, 96) run in a power-of-two block with the tail masked.
 
 The KV pool may hold fp8 values (`--kv-cache-dtype fp8_e4m3`): the kernels load any dtype,
-upcast it, and take `k_scale` / `v_scale`, the factors that map stored values back to real
-ones (1.0 for a pool in the model's dtype).
+convert it to q's, and take `k_scale` / `v_scale`, the factors that map stored values back to
+real ones (1.0 for a pool in the model's dtype).
 """
 
 from __future__ import annotations
@@ -32,15 +34,17 @@ def _online_softmax_block(
     DOT_PRECISION: tl.constexpr,
 ):
     """One key/value block of flash attention: update the running max, sum and output.
-    `score_scale` is softmax's scale times K's storage scale; `v_scale` is V's."""
-    k = tl.load(k_ptrs, mask=load_mask, other=0.0).to(tl.float32)
+    `score_scale` is softmax's scale times K's storage scale; `v_scale` is V's. K and V are
+    converted to q's dtype (float32 where the caller upcast q)."""
+    k = tl.load(k_ptrs, mask=load_mask, other=0.0).to(q.dtype)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * score_scale
     s = tl.where(keep, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp(s - m_new[:, None])
     alpha = tl.exp(m_i - m_new)
-    v = tl.load(v_ptrs, mask=load_mask, other=0.0).to(tl.float32) * v_scale
-    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
+    v = tl.load(v_ptrs, mask=load_mask, other=0.0).to(q.dtype)
+    pv = tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    acc = acc * alpha[:, None] + pv * v_scale
     l_i = l_i * alpha + tl.sum(p, 1)
     return m_new, l_i, acc
 
@@ -77,6 +81,7 @@ def _extend_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     req = tl.program_id(0)
@@ -96,7 +101,9 @@ def _extend_kernel(
         Q + (q_start + offs_m)[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
         mask=mask_m[:, None] & mask_d[None, :],
         other=0.0,
-    ).to(tl.float32)
+    )
+    if UPCAST:
+        q = q.to(tl.float32)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -178,7 +185,8 @@ def extend_attention_fwd(
         max_extend_len = int((qo_indptr[1:] - qo_indptr[:-1]).max()) if num_reqs else 0
     if num_reqs == 0 or max_extend_len == 0:
         return
-    block_m, block_n = 32, 32
+    upcast = _upcast(q_extend)
+    block_m, block_n, launch = _extend_blocks(q_extend, head_dim)
     grid = (num_reqs, heads, triton.cdiv(max_extend_len, block_m))
     _extend_kernel[grid](
         q_extend,
@@ -211,8 +219,30 @@ def extend_attention_fwd(
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         CAUSAL=causal,
-        DOT_PRECISION=_dot_precision(q_extend.dtype),
+        UPCAST=upcast,
+        DOT_PRECISION=_dot_precision(torch.float32 if upcast else q_extend.dtype),
+        **launch,
     )
+
+
+def _extend_blocks(q: torch.Tensor, head_dim: int) -> tuple[int, int, dict]:
+    """BLOCK_M, BLOCK_N and launch options of the extend kernel. On CUDA: 128 x 64 blocks and 8
+    warps for 16-bit inputs up to head_dim 128 (what flash-attention kernels use on Hopper;
+    the shared memory of Q, K and V blocks with 2 stages stays under 100 KB), half that for
+    float32 inputs and larger heads; 32 x 32 in the interpreter."""
+    if not q.is_cuda:
+        return 32, 32, {}
+    if q.element_size() == 2 and head_dim <= 128:
+        return 128, 64, {"num_warps": 8, "num_stages": 2}
+    return 64, 32, {"num_warps": 4, "num_stages": 2}
+
+
+def _upcast(q: torch.Tensor) -> bool:
+    """Whether the kernels compute on float32 copies of their loads: only for bf16 in Triton's
+    interpreter (off CUDA), whose bf16 arithmetic is wrong. Elsewhere matrix products take
+    their inputs as they are (bf16 or fp16 tensor-core products with float32 sums; fp8 K/V
+    are converted to q's dtype first)."""
+    return q.dtype == torch.bfloat16 and not q.is_cuda
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -242,57 +272,70 @@ def _decode_split_kernel(
     stride_ph,
     stride_ps,
     GROUP: tl.constexpr,
+    BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
+    """One split of one request's KV for all GROUP query heads that share a KV head: each K/V
+    block is read once for the group, and the scores are one matrix product."""
     req = tl.program_id(0)
-    head = tl.program_id(1)
+    kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    kv_head = head // GROUP
     kv_start = tl.load(kv_indptr + req)
     length = tl.load(kv_indptr + req + 1) - kv_start
     per_split = tl.cdiv(length, NUM_SPLITS)
     lo = split * per_split
     hi = tl.minimum(lo + per_split, length)
 
+    offs_h = tl.arange(0, BLOCK_H)
+    heads = kv_head * GROUP + offs_h
+    mask_h = offs_h < GROUP
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HEAD_DIM
-    q = tl.load(Q + req * stride_qb + head * stride_qh + offs_d, mask=mask_d, other=0.0).to(
-        tl.float32
+    q = tl.load(
+        Q + req * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=mask_h[:, None] & mask_d[None, :],
+        other=0.0,
     )
-    m_i = float("-inf")
-    l_i = 0.0
-    acc = tl.zeros([BLOCK_D], tl.float32)
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < hi
-        slots = tl.load(kv_indices + kv_start + offs_n, mask=mask_n, other=0)
+        slots = tl.load(kv_indices + kv_start + offs_n, mask=mask_n, other=0).to(tl.int64)
+        kv_mask = mask_n[:, None] & mask_d[None, :]
         k = tl.load(
             K_buf + slots[:, None] * stride_kbs + kv_head * stride_kbh + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
+            mask=kv_mask,
             other=0.0,
-        ).to(tl.float32)
-        s = tl.sum(q[None, :] * k, 1) * score_scale
-        s = tl.where(mask_n, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 0))
-        p = tl.exp(s - m_new)
+        ).to(q.dtype)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * score_scale
+        s = tl.where(mask_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         v = tl.load(
             V_buf + slots[:, None] * stride_vbs + kv_head * stride_vbh + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :],
+            mask=kv_mask,
             other=0.0,
-        ).to(tl.float32)
-        acc = acc * alpha + tl.sum(p[:, None] * v, 0)
-        l_i = l_i * alpha + tl.sum(p, 0)
+        ).to(q.dtype)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        l_i = l_i * alpha + tl.sum(p, 1)
         m_i = m_new
-    base = Partial + req * stride_pb + head * stride_ph + split * stride_ps
+    base = Partial + req * stride_pb + heads * stride_ph + split * stride_ps
     if hi > lo:
-        tl.store(base + offs_d, acc / l_i * v_scale, mask=mask_d)
-        tl.store(base + HEAD_DIM, m_i + tl.log(l_i))  # log-sum-exp of this split's scores
+        out = acc / l_i[:, None] * v_scale
+        tl.store(base[:, None] + offs_d[None, :], out, mask=mask_h[:, None] & mask_d[None, :])
+        tl.store(base + HEAD_DIM, m_i + tl.log(l_i), mask=mask_h)  # this split's log-sum-exp
     else:
-        tl.store(base + HEAD_DIM, float("-inf"))
+        tl.store(base + HEAD_DIM, tl.full([BLOCK_H], float("-inf"), tl.float32), mask=mask_h)
 
 
 @triton.jit
@@ -357,7 +400,8 @@ def decode_attention_fwd(
         (batch, heads, splits, head_dim + 1), dtype=torch.float32, device=q.device
     )
     block_d = triton.next_power_of_2(head_dim)
-    _decode_split_kernel[(batch, heads, splits)](
+    upcast = _upcast(q)
+    _decode_split_kernel[(batch, heads // group, splits)](
         q,
         k_buffer,
         v_buffer,
@@ -376,10 +420,14 @@ def decode_attention_fwd(
         partial.stride(1),
         partial.stride(2),
         GROUP=group,
+        BLOCK_H=max(16, triton.next_power_of_2(group)),  # tl.dot takes 16 rows or more
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,
-        BLOCK_N=32,
+        BLOCK_N=64 if q.is_cuda else 32,
         NUM_SPLITS=splits,
+        UPCAST=upcast,
+        DOT_PRECISION=_dot_precision(torch.float32 if upcast else q.dtype),
+        **({"num_warps": 4, "num_stages": 2} if q.is_cuda else {}),
     )
     _decode_reduce_kernel[(batch, heads)](
         partial,
