@@ -169,10 +169,13 @@ def make_engine(folder: str, device: str, **options):
     return Engine(**{**base, **options})
 
 
-def engine_decode(folder: str, device: str, batches, new_tokens: int, graphs: bool) -> dict:
-    """Aggregate greedy decode tok/s of each batch of 4-token prompts (after a warm-up)."""
+def engine_decode(
+    folder: str, device: str, batches, new_tokens: int, graphs: bool, **options
+) -> tuple[dict, list]:
+    """Aggregate greedy decode tok/s of each batch of 4-token prompts (after a warm-up), and
+    the greedy tokens of 8 fixed prompts (to compare configurations)."""
     start = time.perf_counter()
-    engine = make_engine(folder, device, disable_cuda_graph=not graphs)
+    engine = make_engine(folder, device, disable_cuda_graph=not graphs, **options)
     result = {"start_s": round(time.perf_counter() - start, 1)}
     runner = engine.scheduler.runner
     result["graphs"] = len(runner.decode_graphs.graphs) if runner.decode_graphs else 0
@@ -185,8 +188,18 @@ def engine_decode(folder: str, device: str, batches, new_tokens: int, graphs: bo
         engine.generate(input_ids=prompts, sampling_params=params)
         sync(device)
         result[f"batch_{b}_tok_s"] = round(b * new_tokens / (time.perf_counter() - t), 1)
+    prompts = [[11 * i + 5, 300 + i, 7000] for i in range(8)]
+    outs = engine.generate(
+        input_ids=prompts, sampling_params={"max_new_tokens": 24, "temperature": 0}
+    )
     engine.shutdown()
-    return result
+    return result, [o["output_ids"] for o in outs]
+
+
+def same_tokens(a: list, b: list) -> float:
+    """The share of positions where two runs' greedy tokens agree."""
+    pairs = [(x, y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)]
+    return round(sum(x == y for x, y in pairs) / max(len(pairs), 1), 3)
 
 
 def hf_generate(folder: str, device: str, batches, new_tokens: int) -> dict:
@@ -287,22 +300,32 @@ def main() -> None:
     parser.add_argument("--tokenizer", default=None, help="folder with SmolLM2's tokenizer files")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, few tokens, any device")
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--tests", default="", help="the GPU test runs' counts (gpu_check.sh)")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = args.tokenizer or default_tokenizer()
     batches = (1, 4) if args.smoke else (1, 32, 128)
     new_tokens = 8 if args.smoke else args.new_tokens
-    figures = {"bench": "gpu_check", "device": _device_name(device)}
+    figures = {"bench": "gpu_check", "device": _device_name(device), "tests": args.tests}
     figures["kernels"] = kernel_timings(device, args.smoke)
     print("kernels", figures["kernels"], flush=True)
     shapes = SMOKE_SHAPES if args.smoke else SHAPES
     for name, shape in shapes.items():
         folder = random_model(shape, tokenizer, device)
         entry = figures[name] = {}
+        tokens = {}
         for graphs in (True, False):
             key = "graphs" if graphs else "eager"
-            entry[key] = engine_decode(folder, device, batches, new_tokens, graphs)
+            entry[key], tokens[key] = engine_decode(folder, device, batches, new_tokens, graphs)
             print(name, key, entry[key], flush=True)
+        entry["graphs_same_tokens_as_eager"] = same_tokens(tokens["graphs"], tokens["eager"])
+        if name in ("llama_1b", "tiny"):
+            fp8 = dict(kv_cache_dtype="fp8_e4m3")
+            entry["fp8_kv"], tokens["fp8"] = engine_decode(
+                folder, device, batches, new_tokens, True, **fp8
+            )
+            entry["fp8_kv"]["same_tokens_as_auto"] = same_tokens(tokens["fp8"], tokens["graphs"])
+            print(name, "fp8 KV", entry["fp8_kv"], flush=True)
         entry["transformers"] = hf_generate(folder, device, batches[:2], new_tokens)
         print(name, "transformers", entry["transformers"], flush=True)
         if name in ("llama_1b", "tiny"):

@@ -20,5 +20,17 @@ if [ -d .whl/smollm2-tokenizer ]; then
   export RADIXGEN_TOKENIZER_DIR=$PWD/.whl/smollm2-tokenizer
 fi
 $PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU'; print(torch.cuda.get_device_name())"
-timeout 150 $PY -m pytest -q -p no:cacheprovider tests/kernels tests/runtime/model/test_cuda_graph.py || echo "gpu tests failed"
-timeout 300 $PY benchmarks/gpu_check.py --tokenizer "${RADIXGEN_TOKENIZER_DIR:-}"
+# the tests written for the GPU first, then the kernel grid at head_dim 64 and 128 (each case
+# compiles its own kernels); each run's last line goes into the JSON line
+run_tests() {  # the run's end to stderr, its last line (the counts) to stdout
+  local limit=$1
+  shift
+  timeout "$limit" $PY -m pytest -q -p no:cacheprovider "$@" >/tmp/gpu-tests.log 2>&1 || true
+  tail -25 /tmp/gpu-tests.log >&2
+  tail -1 /tmp/gpu-tests.log
+}
+first=$(run_tests 120 tests/runtime/model/test_cuda_graph.py tests/kernels \
+  -k "graph or fp8 or long or fill or whole_model or bitmask")
+grid=$(run_tests 90 tests/kernels -k "reference and (-64- or -128-)")
+timeout 240 $PY benchmarks/gpu_check.py --tokenizer "${RADIXGEN_TOKENIZER_DIR:-}" \
+  --tests "graph, fp8 and whole-model tests: $first; kernel grid: $grid"

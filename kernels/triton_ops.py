@@ -87,7 +87,7 @@ def _extend_kernel(
     req = tl.program_id(0)
     head = tl.program_id(1)
     block_m = tl.program_id(2)
-    kv_head = head // GROUP
+    kv_head = (head // GROUP).to(tl.int64)  # times a head's stride in the pool: past 2^31
     q_start = tl.load(qo_indptr + req)
     q_len = tl.load(qo_indptr + req + 1) - q_start
     kv_start = tl.load(kv_indptr + req)
@@ -283,7 +283,7 @@ def _decode_split_kernel(
     """One split of one request's KV for all GROUP query heads that share a KV head: each K/V
     block is read once for the group, and the scores are one matrix product."""
     req = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    kv_head = tl.program_id(1).to(tl.int64)  # times a head's stride in the pool: past 2^31
     split = tl.program_id(2)
     kv_start = tl.load(kv_indptr + req)
     length = tl.load(kv_indptr + req + 1) - kv_start

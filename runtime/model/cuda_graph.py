@@ -37,8 +37,9 @@ class DecodeGraphs:
     """Static buffers for decode batches of up to max_bs requests, and a graph per bucket."""
 
     def __init__(self, runner, max_bs: int, capture: bool = True):
-        """`runner`: a ModelRunner whose backend has `init_decode_graph_metadata` (triton)."""
-        self.runner = runner
+        """`runner`: a ModelRunner whose backend has `init_decode_graph_metadata` (triton); its
+        model and backend are kept, not the runner (which holds this object)."""
+        self.model, self.backend = runner.model, runner.attention_backend
         self.sizes = graph_batch_sizes(max_bs)
         self.max_bs = self.sizes[-1]
         table = runner.req_to_token_pool
@@ -66,8 +67,9 @@ class DecodeGraphs:
         return 0 < n <= self.max_bs and batch.num_tokens == n
 
     def run(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits of `batch.logit_rows`, as `ModelRunner.forward` returns them. The result is a
-        view of the graph's output, valid until the next step."""
+        """Logits of `batch.logit_rows`, as `ModelRunner.forward` returns them: the graph makes
+        the final hidden states; the LM head runs on the real rows alone, outside it (one
+        product, and no [bucket, vocabulary] output kept alive per bucket)."""
         bs = len(batch.extend_lens)
         size = next(s for s in self.sizes if s >= bs)
         rows, _, seq_lens = batch.request_tensors(self.input_ids.device)
@@ -82,13 +84,14 @@ class DecodeGraphs:
             self.request_lens[2, bs:size] = 1
         if size in self.graphs:
             self.graphs[size].replay()
-            logits = self.outputs[size]
+            hidden = self.outputs[size]
         else:
-            logits = self._step(size)
-        return logits[:bs].index_select(0, batch.logit_rows)
+            hidden = self._step(size)
+        return self.model.compute_logits(hidden[:bs].index_select(0, batch.logit_rows))
 
     def _step(self, size: int) -> torch.Tensor:
-        """One decode step of the first `size` rows of the static buffers, all on the device."""
+        """One decode step of the first `size` rows of the static buffers, all on the device;
+        returns the final hidden states."""
         batch = ForwardBatch(
             input_ids=self.input_ids[:size],
             positions=self.positions[:size],
@@ -99,10 +102,8 @@ class DecodeGraphs:
             logit_rows=self.rows[:size],
             request_lens=self.request_lens[:, :size],
         )
-        runner = self.runner
-        runner.attention_backend.init_decode_graph_metadata(batch, self.kv_indices)
-        hidden = runner.model(batch, runner.attention_backend)
-        return runner.model.compute_logits(hidden)
+        self.backend.init_decode_graph_metadata(batch, self.kv_indices)
+        return self.model(batch, self.backend)
 
     def _capture_all(self) -> None:
         start = time.perf_counter()

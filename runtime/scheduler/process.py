@@ -238,8 +238,8 @@ def run_scheduler_process(
         freeze_heap("scheduler")
         sch = loop.scheduler
         logger.info(
-            "%smodel %s on %s%s (%s), context %d, KV pool %d tokens, %s, policy %s, "
-            "chunked prefill %d, jump-forward %s, JSON whitespace %s",
+            "%smodel %s on %s%s (%s), context %d, KV pool %d tokens%s, %s, policy %s, "
+            "chunked prefill %d, jump-forward %s, JSON whitespace %s%s",
             f"worker {worker} of {args.dp_size}: " if args.dp_size > 1 else "",
             args.model_path,
             sch.runner.device,
@@ -248,11 +248,13 @@ def run_scheduler_process(
             + (f"; {sch.runner.quantization} weights" if sch.runner.quantization else ""),
             sch.context_length,
             sch.kv_pool.size,
+            f" ({args.kv_cache_dtype})" if args.kv_cache_dtype != "auto" else "",
             "no prefix cache" if args.disable_radix_cache else "radix cache",
             args.schedule_policy,
             args.chunked_prefill_size,
             "off" if args.disable_jump_forward else "on",
             args.json_whitespace,
+            _graph_summary(sch.runner),
         )
         ready.send(
             {
@@ -350,3 +352,8 @@ class TPRank:
             elif not wait:
                 break
         return self.loaded
+
+
+def _graph_summary(runner) -> str:
+    graphs = runner.decode_graphs
+    return f", CUDA graphs up to batch {graphs.max_bs}" if graphs is not None else ""

@@ -103,6 +103,34 @@ def test_kernels_read_fp8_pools_with_their_scales(kv_dtype):
     assert (out - ref).abs().max() < TOL[torch.float32]
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_bf16_queries_over_long_sequences(kv_dtype):
+    """bf16 q (what a GPU runs) over a bf16 or fp8 pool, with sequences and extends spanning
+    many key blocks (64 on CUDA) and query blocks (128 on CUDA), splits of several blocks."""
+    gen = torch.Generator().manual_seed(17)
+    kv_heads, heads, head_dim = 2, 8, 64
+    k_buf, v_buf = make_pool(1400, kv_heads, head_dim, torch.float32, gen)
+    k_buf, v_buf = k_buf.to(kv_dtype), v_buf.to(kv_dtype)
+    scales = dict(k_scale=0.75, v_scale=1.25)
+    kv_indptr, kv_indices = ragged([600, 130, 1], gen, 1400)
+    q = torch.randn(3, heads, head_dim, generator=gen).to(DEVICE, torch.bfloat16)
+    out, ref = torch.empty_like(q), torch.empty_like(q)
+    decode_attention_fwd(q, k_buf, v_buf, out, kv_indptr, kv_indices, 4, **scales)
+    decode_attention_ref(q, k_buf, v_buf, ref, kv_indptr, kv_indices, **scales)
+    assert (out.float() - ref.float()).abs().max() < TOL[torch.bfloat16]
+
+    qo_indptr, _ = ragged([140, 65, 1], gen, 1400)
+    kv_indptr, kv_indices = ragged([300, 0, 70], gen, 1400)
+    qe = torch.randn(206, heads, head_dim, generator=gen).to(DEVICE, torch.bfloat16)
+    ke = torch.randn(206, kv_heads, head_dim, generator=gen).to(DEVICE, torch.bfloat16)
+    ve = torch.randn(206, kv_heads, head_dim, generator=gen).to(DEVICE, torch.bfloat16)
+    out, ref = torch.empty_like(qe), torch.empty_like(qe)
+    args = (k_buf, v_buf, qo_indptr, kv_indptr, kv_indices)
+    extend_attention_fwd(qe, ke, ve, out, *args, **scales)
+    extend_attention_ref(qe, ke, ve, ref, *args, **scales)
+    assert (out.float() - ref.float()).abs().max() < TOL[torch.bfloat16]
+
+
 def test_fill_kv_indices_lays_each_requests_slots_end_to_end():
     gen = torch.Generator().manual_seed(5)
     table = torch.randint(1, 10_000, (6, 700), generator=gen, dtype=torch.int32).to(DEVICE)

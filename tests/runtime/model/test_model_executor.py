@@ -34,14 +34,15 @@ class DirectRunner:
             pos += range(start, start + len(toks))
             rows.append(row)
             off += len(toks)
+        device = self.runner.device
         batch = ForwardBatch(
-            input_ids=torch.tensor(ids),
-            positions=torch.tensor(pos),
+            input_ids=torch.tensor(ids, device=device),
+            positions=torch.tensor(pos, device=device),
             out_cache_loc=slots,
             req_pool_indices=rows,
             extend_lens=[len(t) for _, t, _ in chunks],
             seq_lens=[s + len(t) for _, t, s in chunks],
-            logit_rows=torch.arange(total),
+            logit_rows=torch.arange(total, device=device),
         )
         logits = self.runner.forward(batch)
         return list(logits.split([len(t) for _, t, _ in chunks]))
