@@ -281,6 +281,57 @@ void silu_mul(const float *x, int64_t rows, int64_t inter, float *out) {
     }
 }
 
+// Greedy picks: out[i] = the index of the largest value of row rows[i] of x (row stride
+// `stride`, n values), the first of equal ones, NaN ignored (0 for a row of NaN and -inf), as
+// torch.argmax over the row with NaN set to -inf gives, in one pass and no copy.
+void argmax_rows(const float *x, int64_t stride, int64_t n, const int64_t *rows, int64_t count,
+                 int64_t *out, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (count > 1)
+  for (int64_t i = 0; i < count; i++) {
+    const float *v = x + rows[i] * stride;
+    // four independent chains of 8 lanes (one would wait on each compare); lane l of chain c
+    // sees indices 32t + 8c + l and keeps the first index of its largest value
+    __m256 best[4];
+    __m256i best_at[4], at[4];
+    const __m256i step = _mm256_set1_epi32(32);
+    for (int c = 0; c < 4; c++) {
+      best[c] = _mm256_set1_ps(-INFINITY);
+      at[c] = best_at[c] = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32(8 * c));
+    }
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32)
+      for (int c = 0; c < 4; c++) {
+        __m256 y = _mm256_loadu_ps(v + j + 8 * c);
+        __m256 gt = _mm256_cmp_ps(y, best[c], _CMP_GT_OQ);  // false for NaN
+        best[c] = _mm256_blendv_ps(best[c], y, gt);
+        best_at[c] = _mm256_castps_si256(_mm256_blendv_ps(
+            _mm256_castsi256_ps(best_at[c]), _mm256_castsi256_ps(at[c]), gt));
+        at[c] = _mm256_add_epi32(at[c], step);
+      }
+    float top = -INFINITY;
+    int64_t top_at = 0;
+    for (int c = 0; c < 4; c++) {
+      float lane[8];
+      int32_t lane_at[8];
+      _mm256_storeu_ps(lane, best[c]);
+      _mm256_storeu_si256((__m256i *)lane_at, best_at[c]);
+      for (int l = 0; l < 8; l++)  // equal values: the smaller index
+        if (lane[l] > top || (lane[l] == top && lane_at[l] < top_at)) {
+          top = lane[l];
+          top_at = lane_at[l];
+        }
+    }
+    if (top == -INFINITY) top_at = 0;  // every value so far -inf or NaN
+    for (; j < n; j++)
+      if (v[j] > top) {
+        top = v[j];
+        top_at = j;
+      }
+    out[i] = top_at;
+  }
+}
+
 // The entry points: y [rows, n] = x [rows, k] (float) @ w.T, activations rounded inside.
 static int16_t *round_activations(const float *x, int64_t rows, int64_t k, float **xs,
                                   float **xsum) {

@@ -89,6 +89,7 @@ def load() -> ctypes.CDLL | None:
     lib.silu_mul.argtypes = [_P, _I64, _I64, _P]
     lib.decode_step.argtypes = [_P, _P, _I64, _P, _P, _P, _I64, _P, _INT]
     lib.amx_linear.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
+    lib.argmax_rows.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
     return lib
 
 
@@ -148,6 +149,20 @@ def write_kv(pool: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> boo
         _ptr(rows), rows.stride(0), tokens, kv_heads, dim, _ptr(slots), pool.shape[1], _ptr(pool)
     )
     return True
+
+
+def argmax_rows(x: torch.Tensor, rows: list[int]) -> list[int] | None:
+    """For each of `rows`, the index of the largest value of that row of float32 `x` [N, V]
+    (the first of equal ones, NaN ignored: torch's argmax after NaN is set to -inf), read in
+    place in one call; None where the kernel does not apply."""
+    lib = load()
+    if lib is None or not _rows_ok(x) or x.shape[1] >= 1 << 31:
+        return None
+    picked = torch.tensor(rows, dtype=torch.int64)
+    out = torch.empty(len(rows), dtype=torch.int64)
+    threads = torch.get_num_threads()
+    lib.argmax_rows(_ptr(x), x.stride(0), x.shape[1], _ptr(picked), len(rows), _ptr(out), threads)
+    return out.tolist()
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import torch
 
+from runtime.model import qgemv
 from runtime.scheduler.req import Req
 from runtime.transfer import to_device
 
@@ -152,9 +153,17 @@ def sample(
     rows = list(range(len(reqs))) if rows is None else rows
     host = _batch_params(reqs, rows, eos_ids, penalty_rows, vocab)
     p = host.to(logits.device)
-    logits = logits[p.rows]  # a copy, edited in place from here on
     want_logprob = any(r.return_logprob for r in reqs)
-    raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprob else None
+    on_cpu = logits.device.type == "cpu"
+    edited = bitmask is not None or bool(host.ban_rows or host.bias_rows or penalty_rows)
+    # On the CPU a batch whose rows nothing edits is read where the forward put them (its
+    # greedy picks in one native pass); otherwise request i's row is copied to row i.
+    copied = edited or not on_cpu
+    if copied:
+        logits = logits[p.rows]  # a copy, edited in place from here on
+    raw_logprobs = None
+    if want_logprob:
+        raw_logprobs = torch.log_softmax(logits if copied else logits[p.rows], dim=-1)
     if bitmask is not None:
         apply_token_bitmask(logits, bitmask)
     if host.ban_rows:
@@ -163,12 +172,23 @@ def sample(
         logits[p.bias_rows, p.bias_ids] += p.biases
     if penalty_rows:
         _penalise(logits, p, vocab)
-    logits.masked_fill_(logits.isnan(), float("-inf"))  # extreme penalties or a broken model
 
-    next_ids = logits.argmax(dim=-1)
+    # NaN (extreme penalties or a broken model) counts as -inf
+    native = (
+        qgemv.argmax_rows(logits, list(range(len(reqs))) if copied else rows) if on_cpu else None
+    )
+    if native is not None:
+        next_ids = torch.tensor(native)
+    else:
+        if not copied:
+            logits, copied = logits[p.rows], True
+        logits.masked_fill_(logits.isnan(), float("-inf"))
+        next_ids = logits.argmax(dim=-1)
     if host.random_rows:
         idx = p.random_rows
-        probs = torch.softmax(logits[idx] / p.temperature[:, None], dim=-1)
+        chosen = logits[idx] if copied else logits[p.rows[idx]]
+        chosen.masked_fill_(chosen.isnan(), float("-inf"))
+        probs = torch.softmax(chosen / p.temperature[:, None], dim=-1)
         _certain_where_broken(probs, next_ids[idx])
         rand = [params[i] for i in host.random_rows]
         if any(0 < sp.top_k < vocab or sp.top_p < 1 or sp.min_p > 0 for sp in rand):

@@ -1,6 +1,7 @@
 """The sampler never produces NaN probabilities or an out-of-range token, whatever the logits
 and parameters (infinite logits, NaN rows, extreme penalties, tiny temperatures)."""
 
+import pytest
 import torch
 
 from runtime.sampling.params import SamplingParams
@@ -71,3 +72,54 @@ def test_validation_bounds_name_the_field():
     SamplingParams.from_dict({"seed": -(2**63), "top_k": 2**31 - 1, "max_new_tokens": 2**31 - 1})
     with pytest.raises(ValueError, match="must be an object"):
         SamplingParams.from_dict(["max_new_tokens", 3])
+
+
+def test_native_greedy_picks_match_torchs_argmax_with_nan_as_minus_infinity():
+    """qgemv.argmax_rows (the CPU's greedy picks, read in place) against torch: ties (the first
+    index wins), NaN, -inf and +inf values, all-NaN and all -inf rows, any row subset."""
+    from runtime.model import qgemv
+
+    if qgemv.load() is None:
+        pytest.skip("no native kernels on this machine")
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        rows, n = int(torch.randint(1, 6, (), generator=gen)), 1 + trial * 7 % 301
+        x = torch.randn(rows, n, generator=gen)
+        if trial % 3 == 0:
+            x = torch.randint(-2, 2, (rows, n), generator=gen).float()  # many ties
+        for every, value in ((5, float("nan")), (7, float("-inf")), (11, float("inf"))):
+            if trial % every == 0:
+                x[torch.rand(rows, n, generator=gen) < 0.3] = value
+        if trial % 13 == 0:
+            x[0] = float("nan") if trial % 2 else float("-inf")
+        picked = torch.randint(0, rows, (rows + 2,), generator=gen).tolist()
+        want = x.masked_fill(x.isnan(), float("-inf")).argmax(-1)[picked].tolist()
+        assert qgemv.argmax_rows(x, picked) == want, (trial, x)
+
+
+def test_cpu_batches_nothing_edits_sample_as_the_torch_path_does(monkeypatch):
+    """Greedy and seeded rows read in place (no copy, native greedy picks) give the same tokens
+    and logprobs as the copied torch path, and leave the forward's logits untouched."""
+    from runtime.model import qgemv
+
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(6, 4000, generator=gen) * 3
+    logits[2, 100:200] = float("nan")
+    rows = [5, 0, 2, 3]
+    params = [dict(temperature=0), dict(temperature=0.8, seed=3, top_p=0.9), dict(temperature=0)]
+    params.append(dict(temperature=0))
+
+    def run():
+        reqs = [make_req(f"r{i}", **p) for i, p in enumerate(params)]
+        reqs[3].return_logprob = True
+        before = logits.clone()
+        out = sample(logits, reqs, eos_ids=set(), rows=rows)
+        assert torch.equal(logits.nan_to_num(-1.0), before.nan_to_num(-1.0))
+        return out
+
+    native = run()
+    monkeypatch.setattr(qgemv, "argmax_rows", lambda x, rows: None)
+    fallback = run()
+    assert native.next_ids == fallback.next_ids
+    logprobs = torch.tensor(native.logprobs), torch.tensor(fallback.logprobs)
+    torch.testing.assert_close(*logprobs, rtol=0, atol=0, equal_nan=True)
