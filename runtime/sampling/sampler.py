@@ -187,7 +187,8 @@ def sample(
     if host.random_rows:
         idx = p.random_rows
         chosen = logits[idx] if copied else logits[p.rows[idx]]
-        chosen.masked_fill_(chosen.isnan(), float("-inf"))
+        if native is not None:  # the native picks left NaN in place
+            chosen.masked_fill_(chosen.isnan(), float("-inf"))
         probs = torch.softmax(chosen / p.temperature[:, None], dim=-1)
         _certain_where_broken(probs, next_ids[idx])
         rand = [params[i] for i in host.random_rows]
