@@ -17,7 +17,7 @@ from runtime.sampling.params import SamplingParams
 from runtime.scheduler.req import Req
 from runtime.scheduler.scheduler import Scheduler
 from runtime.server_args import ServerArgs
-from tests.runtime.conftest import make_tiny_model
+from tests.runtime.conftest import make_tiny_model, tokenizer_folder
 
 aten = torch.ops.aten
 VOCAB = 49152
@@ -166,3 +166,40 @@ def test_triton_backend_metadata_is_built_on_the_device(meta_scheduler, monkeypa
         assert all(t.is_meta for t in (meta.qo_indptr, meta.kv_indptr, meta.kv_indices))
         assert meta.decode_only == (tokens == len(requests))
     assert launches == [5, 5]
+
+
+def test_cuda_graph_step_reads_only_device_tensors_and_never_syncs(tmp_path, monkeypatch):
+    """What a CUDA graph holds (DecodeGraphs._step) and what each replay does around it
+    (DecodeGraphs.run) on the meta device: no host tensor, no scalar read (a sync, which a
+    capture refuses), no copy either way; the Triton kernels, which cannot run on meta, are
+    checked for their arguments' devices."""
+    from runtime.model.attention import triton_backend
+    from runtime.model.attention.base import ForwardBatch
+    from runtime.model.cuda_graph import DecodeGraphs
+    from runtime.model.runner import ModelRunner
+
+    def on_meta(*tensors, **_):
+        assert all(t.is_meta for t in tensors if isinstance(t, torch.Tensor))
+
+    monkeypatch.setattr(triton_backend, "fill_kv_indices", on_meta)
+    monkeypatch.setattr(triton_backend, "decode_attention_fwd", on_meta)
+    folder = make_tiny_model(str(tmp_path), tokenizer_folder(), "llama")
+    args = ServerArgs(
+        model_path=folder, dtype="float32", attention_backend="triton", max_total_tokens=256
+    )
+    args.device = "meta"
+    runner = ModelRunner(args)
+    graphs = DecodeGraphs(runner, 8, capture=False)
+    for requests in ([(0, 1, 5), (1, 1, 9), (2, 1, 3)], [(0, 1, 6)]):  # buckets 4, then 1
+        slots = runner.kv_pool.alloc(len(requests))
+        positions = [seq - 1 for _, _, seq in requests]
+        rows = list(range(len(requests)))
+        batch = ForwardBatch.from_host(
+            "meta", [7] * len(requests), positions, slots, rows, requests
+        )
+        assert graphs.can_run(batch)
+        guard = DeviceGuard()
+        with guard:
+            logits = graphs.run(batch)
+        assert (guard.mixed, guard.scalar_reads, guard.to_device, guard.to_host) == ([], 0, 0, [])
+        assert logits.is_meta and logits.shape == (len(requests), VOCAB)
