@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import torch
 
-KV_CACHE_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+FP8_KV_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 
 def kv_cache_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
     """The dtype K/V are stored in: `auto` keeps the model's, `fp8_e4m3` / `fp8_e5m2` store
     one byte per value."""
-    return model_dtype if name == "auto" else KV_CACHE_DTYPES[name]
+    return model_dtype if name == "auto" else FP8_KV_DTYPES[name]
 
 
 class ReqToTokenPool:
@@ -63,7 +63,7 @@ class TokenToKVPool:
     ):
         self.size = num_slots
         self.dtype = dtype
-        self.fp8 = dtype in KV_CACHE_DTYPES.values()
+        self.fp8 = dtype in FP8_KV_DTYPES.values()
         self.k_scale, self.v_scale = (k_scale, v_scale) if self.fp8 else (1.0, 1.0)
         shape = (kv_heads, num_slots + 1, head_dim)
         self.k_heads = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
