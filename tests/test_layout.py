@@ -19,6 +19,7 @@ LAYERS = [
         "runtime.model.gguf_convert",
         "runtime.model.gguf_index",
         "runtime.model.loader",
+        "runtime.model.qgemv",
         "runtime.sampling.params",
         "runtime.cache.memory_pool",
         "runtime.detokenizer.incremental",
