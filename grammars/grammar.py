@@ -14,6 +14,7 @@ an exact check of the few tokens that may leave the frame (push or pop) on the w
 
 from __future__ import annotations
 
+import functools
 import threading
 from array import array
 
@@ -22,6 +23,7 @@ import numpy as np
 from grammars import lazydfa, lazydfa_arrays, lazydfa_chain, nfa_passes, step_table
 from grammars.automaton import NFA
 from grammars.errors import GrammarError
+from grammars.tokenizer_info import TokenizerInfo
 from grammars.vocabulary import Vocabulary
 
 _MAX_STACK_DEPTH = 2000
@@ -401,6 +403,22 @@ class CompiledGrammar:
             out.append(live[0])
             ss = self.step(ss, live[0])
         return bytes(out)
+
+
+def texts_accepted(rules: dict[str, tuple], root: str, texts: list[bytes]) -> list[bool]:
+    """Whether the grammar of `rules` accepts each of `texts` whole, read byte by byte."""
+    grammar = CompiledGrammar(Machine(rules, root), _byte_vocabulary())
+    out = []
+    for data in texts:
+        ss = grammar.walk(grammar.initial, data)
+        out.append(bool(ss) and grammar.is_complete(ss))
+    return out
+
+
+@functools.cache
+def _byte_vocabulary() -> Vocabulary:
+    tokens = tuple(bytes([b]) for b in range(256))
+    return Vocabulary(TokenizerInfo(tokens, frozenset(), frozenset(), "byte_level"))
 
 
 def _set_bits(words: np.ndarray, tokens: np.ndarray) -> None:

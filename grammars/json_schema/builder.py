@@ -3,12 +3,15 @@ not, enum, const)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections import Counter
 from urllib.parse import unquote
 
 from grammars.automaton import (
     EMPTY,
     NOTHING,
+    EagerDFA,
     alt,
     byte_set,
     cat,
@@ -20,6 +23,7 @@ from grammars.automaton import (
 )
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
+from grammars.grammar import texts_accepted
 from grammars.json_schema.constants import (
     MIN_LITERAL_SET,
     constant_values,
@@ -34,6 +38,7 @@ from grammars.json_schema.core import (
     _constrains,
     _has_rules,
     _implied_types,
+    _json_type,
     _types_of,
     node_size,
     shared,
@@ -45,6 +50,7 @@ from grammars.json_schema.numbers import (
     _number_literal,
     bounded_digits,
     number_node,
+    number_texts,
 )
 from grammars.json_schema.one_of import OneOfProofs
 from grammars.json_schema.rewrite import _merge, _split_dependencies
@@ -262,13 +268,46 @@ class _Builder(_ContainerNodes):
                 return self.alternatives(schema, key, path)
         values = constant_values(schema, path)
         if values is not None:
-            return constants_node(values, self.literal, path)
+            return constants_node(self._admitted(values, schema, path), self.literal, path)
         types = _types_of(schema)
         if types is None:
             types = _implied_types(schema)
         if types is None:
             return self.any_value()
         return alt(*(self.typed(t, schema, path) for t in types))
+
+    def _admitted(self, values: list, schema: dict, path: str) -> list:
+        """The constants that also match the keywords beside const / enum (a const must be in
+        a sibling enum; a value of another type, out of bounds or of the wrong shape is
+        dropped): those the node of the other keywords accepts. That node is sound, so a value
+        kept matches them; a valid value it refuses (a restriction) is dropped too."""
+        rest = {k: v for k, v in schema.items() if k not in ("const", "enum")}
+        if "const" in schema and "enum" in schema:
+            rest["enum"] = schema["enum"]
+        if not _constrains(rest) or (
+            set(rest) - _ANNOTATIONS == {"type"} and "const" not in schema
+        ):
+            return values  # constant_values has already dropped the enum members of other types
+        if "type" not in rest:  # only the constants' own types need checking
+            rest["type"] = sorted(
+                {"number" if t == "integer" else t for t in map(_json_type, values)}
+            )
+        node = self.value(rest, path)
+        separators = (",", ":") if self.options[0] else (self.options[1] or (", ", ": "))
+        texts = [_spellings(v, separators) for v in values]
+        flat = [t for spellings in texts for t in spellings]
+        if not _has_rules(node):
+            accepts = EagerDFA.from_node(node).accepts
+            accepted = dict(zip(flat, map(accepts, flat)))
+        else:  # containers whose members need rules
+            try:
+                found = texts_accepted({"__constants": node, **self.rules}, "__constants", flat)
+            except GrammarError:  # a rule still being built
+                raise GrammarError(
+                    f"const/enum beside keywords on a recursive schema ({path})"
+                ) from None
+            accepted = dict(zip(flat, found))
+        return [v for v, spellings in zip(values, texts) if any(map(accepted.get, spellings))]
 
     def alternatives(self, schema: dict, key: str, path: str) -> tuple:
         """anyOf / oneOf, the keywords beside it merged into each branch; the branches that are
@@ -474,6 +513,16 @@ class _Builder(_ContainerNodes):
         raise GrammarError(f"type: unknown type {t!r} at {path}")
 
 
+def _spellings(value, separators) -> list[bytes]:
+    """Usual JSON texts of a constant: with and without escapes, numbers as number_texts."""
+    texts = {json.dumps(value, ensure_ascii=True, separators=separators)}
+    with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: only its escape is JSON
+        texts.add(json.dumps(value, ensure_ascii=False, separators=separators).encode())
+    if isinstance(value, (int, float)):
+        texts.update(number_texts(value))
+    return [t if isinstance(t, bytes) else t.encode() for t in texts]
+
+
 def _exclusive(nodes, path: str, complete: bool) -> list | None:
     """oneOf is enforced as anyOf, which is exact only when no value matches two branches:
     None when no text matches two of `nodes`. Otherwise each node's DFA minus the others' that
@@ -484,8 +533,6 @@ def _exclusive(nodes, path: str, complete: bool) -> list | None:
     _text_complete), each branch is first limited to canonical texts, a sound restriction.
     (Every string automaton refuses lone surrogate escapes, \\ud83d alone, alike, and reads an
     astral character both as itself and as its surrogate pair.)"""
-    from grammars.automaton import EagerDFA
-
     for n in nodes:
         if _has_rules(n) or node_size(n, 2000, True) > 2000:
             raise GrammarError(f"oneOf: branches that may overlap are not supported ({path})")

@@ -97,3 +97,54 @@ def test_patterns_never_match_more_than_ecma_262(checker, pattern, refused):
 def test_patterns_read_differently_by_the_dialects_raise(compiler, pattern):
     with pytest.raises(GrammarError, match="pattern"):
         compiler.compile_json_schema({"type": "string", "pattern": pattern})
+
+
+CONSTANTS_WITH_SIBLINGS = [
+    # (schema, valid, invalid): const / enum never override the keywords beside them
+    ({"enum": ["a", "bbbbbb", 3], "maxLength": 3}, ["a", 3], ["bbbbbb"]),
+    ({"enum": [1, 2.5, 10, "x"], "minimum": 2}, [2.5, 10, "x"], [1]),
+    ({"enum": [1, 2, 3, 4], "multipleOf": 2}, [2, 4], [1, 3]),
+    ({"const": "x", "enum": ["x", "y"]}, ["x"], ["y"]),
+    ({"enum": ["ab", "cd", "a1"], "pattern": "^[a-z]+$"}, ["ab", "cd"], ["a1"]),
+    ({"enum": ["2024-02-29", "2023-02-29"], "format": "date"}, ["2024-02-29"], ["2023-02-29"]),
+    (
+        {
+            "enum": [[1, 2], [1, 1], [1]],
+            "items": {"enum": [1, 2]},
+            "uniqueItems": True,
+            "minItems": 2,
+        },
+        [[1, 2]],
+        [[1, 1], [1]],
+    ),
+    (
+        {"enum": [{"a": 1}, {"a": "s"}, {"b": 1}], "properties": {"a": {"type": "integer"}}},
+        [{"a": 1}, {"b": 1}],
+        [{"a": "s"}],
+    ),
+    (
+        {"enum": [{"a": 1}, {}], "required": ["a"], "additionalProperties": {"type": "number"}},
+        [{"a": 1}],
+        [{}],
+    ),
+    ({"type": "integer", "enum": [1, "1", 2.0, 2.5]}, [1, 2], ["1", 2.5]),
+]
+
+
+@pytest.mark.parametrize("schema, valid, invalid", CONSTANTS_WITH_SIBLINGS)
+def test_constants_are_checked_against_the_keywords_beside_them(checker, schema, valid, invalid):
+    checker.check_schema("const/enum", schema, valid, invalid)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"const": 5, "type": "string"},
+        {"const": "x", "enum": ["y"]},
+        {"const": 3, "multipleOf": 2},
+        {"enum": ["abcd", "efgh"], "maxLength": 2},
+    ],
+)
+def test_constants_none_of_which_match_their_siblings_admit_nothing(compiler, schema):
+    with pytest.raises(GrammarError, match="admits no value"):
+        compiler.compile_json_schema(schema)
