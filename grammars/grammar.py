@@ -64,9 +64,8 @@ class Machine:
         self.root = self.rule_index[root]
         graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
         del nfa  # the arrays hold everything from here on
-        graph, first = nfa_passes.prepare(graph, names, self.root, starts, finals)
-        self.has_pushes = bool(len(graph.nt_tgt))
-        self.arrays = lazydfa_arrays.freeze_nfa(graph, finals, first)
+        self.arrays = nfa_passes.frozen(graph, names, self.root, starts, finals)
+        self.has_pushes = bool(len(self.arrays.nt_tgt))
         self.dfa = lazydfa_arrays.empty_dfa()
         self._rows: dict[int, array] = {}
         self._live: dict[int, array] = {}

@@ -105,6 +105,17 @@ def layout(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, start
 
 
 @njit(cache=True, nogil=True)
+def laid_out(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts, mask_bytes):
+    """layout's moves, then mask_columns' per-edge columns for `mask_bytes` (the NFA's own
+    masks, then each DFA's, as packed rows): NFAGraph's fields in order."""
+    eps_ptr, eps_to, e_ptr, e_cols, nt_ptr, nt_cols = layout(
+        n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts
+    )
+    e_byte, e_mask, rows = mask_columns(mask_bytes, e_cols[0])
+    return eps_ptr, eps_to, e_ptr, e_byte, e_mask, e_cols[1], rows, nt_ptr, nt_cols[0], nt_cols[1]
+
+
+@njit(cache=True, nogil=True)
 def mask_columns(mask_bytes, edge_ids):
     """The distinct byte masks (k, 32) little-endian, and each edge's mask id: per edge its
     byte (-1 where the mask holds several) and its row of `rows` (-1 where it holds one), and
