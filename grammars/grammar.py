@@ -57,7 +57,7 @@ class Machine:
             nfa.build(rules[name], s, e)
             starts.append(s)
             finals.append(e)
-        for _, name, _ in nfa.nts:
+        for name in nfa.nts[1::3]:
             if name not in self.rule_index:
                 raise GrammarError(f"reference to undefined rule {name!r}")
         self.names = names

@@ -23,16 +23,17 @@ byte, or -1 and a row of `masks`) and rule references (rule number, state to ret
 def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
     """A grammars.automaton.NFA as arrays (its fragment uses and embedded DFAs laid out by
     nfa_layout.layout)."""
-    a, b = zip(*nfa.eps) if nfa.eps else ((), ())
-    eps = np.array((a, b), np.int64).reshape(2, -1)
-    a, masks, b = zip(*nfa.edges) if nfa.edges else ((), (), ())
+    eps = np.fromiter(nfa.eps, np.int64, len(nfa.eps)).reshape(-1, 2)
+    flat = nfa.edges[:]
+    masks = flat[1::3]
     index = dict.fromkeys(masks)  # the distinct masks in order of first use, numbered
     for i, m in enumerate(index):
         index[m] = i
-    ids = list(map(index.__getitem__, masks))
-    edges = np.array((a, ids, b), np.int64).reshape(3, -1)
-    a, names, b = zip(*nfa.nts) if nfa.nts else ((), (), ())
-    nts = np.array((a, [rule_index[r] for r in names], b), np.int64).reshape(3, -1)
+    flat[1::3] = map(index.__getitem__, masks)
+    edges = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 3)
+    flat = nfa.nts[:]
+    flat[1::3] = map(rule_index.__getitem__, flat[1::3])
+    nts = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 3)
     uses = np.array(
         [
             (f.eps.start, f.eps.stop, f.edges.start, f.edges.stop, f.nts.start, f.nts.stop)
