@@ -342,11 +342,11 @@ class CompiledGrammar:
         meta = np.zeros(2, np.int64)
         states = np.empty(vocab.max_len + 1, np.int64)
         states[0] = ss
-        table = self._step_table
         while len(rows):  # compiled walks through the steps made so far; Python makes the rest
+            keys, vals = self._step_table.arrays()
             n = step_table.check_rows(
-                rows, lazydfa.shared_prefixes(trie.lcp, rows), trie.data, trie.ptr, table.keys,
-                table.vals, states, found_rows, pending, missing, meta,
+                rows, lazydfa.shared_prefixes(trie.lcp, rows), trie.data, trie.ptr, keys, vals,
+                states, found_rows, pending, missing, meta,
             )  # fmt: skip
             for cur, b in missing[: meta[1]].tolist():
                 self.step(cur, b)
