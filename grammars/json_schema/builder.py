@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import Counter
+from itertools import compress
 from urllib.parse import unquote
 
 from grammars.automaton import (
@@ -43,6 +44,7 @@ from grammars.json_schema.core import (
     node_size,
     shared,
 )
+from grammars.json_schema.instances import matches
 from grammars.json_schema.negation import canonical_texts, complement, conditional
 from grammars.json_schema.numbers import (
     _NUMBER,
@@ -54,17 +56,12 @@ from grammars.json_schema.numbers import (
 )
 from grammars.json_schema.one_of import OneOfProofs
 from grammars.json_schema.rewrite import _merge, _split_dependencies
-from grammars.json_schema.strings import _string_literal, string_node
+from grammars.json_schema.strings import RESTRICTED_FORMATS, _string_literal, string_node
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
 _MAX_EXCLUSIVE = 8  # overlapping oneOf branches made exclusive by DFA differences
 MAX_NESTING = 200  # schemas (subschemas, $refs) nested in one another
-# formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
-_RESTRICTED_FORMATS = (
-    *("hostname", "email", "uri", "uri-reference", "time", "date-time"),
-    *("iri", "iri-reference", "idn-email"),
-)
 
 
 def schema_to_rules(
@@ -231,6 +228,13 @@ class _Builder(_ContainerNodes):
             return NOTHING
         if not isinstance(schema, dict):
             raise GrammarError(f"schema at {path} must be an object or a boolean")
+        if ("const" in schema or "enum" in schema) and (
+            "$ref" not in schema or self.ref_siblings_apply
+        ):
+            values = constant_values(schema, path)
+            verdicts = self._verdicts(values, schema)
+            if None not in verdicts:  # every constant decided on its value: no other node
+                return constants_node(list(compress(values, verdicts)), self.literal, path)
         if "$ref" in schema:
             siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in _ANNOTATIONS}
             if not siblings or not self.ref_siblings_apply:
@@ -288,13 +292,17 @@ class _Builder(_ContainerNodes):
             set(rest) - _ANNOTATIONS == {"type"} and "const" not in schema
         ):
             return values  # constant_values has already dropped the enum members of other types
+        verdicts = self._verdicts(values, schema)
+        undecided = [v for v, known in zip(values, verdicts) if known is None]
+        if not undecided:
+            return list(compress(values, verdicts))
         if "type" not in rest:  # only the constants' own types need checking
             rest["type"] = sorted(
-                {"number" if t == "integer" else t for t in map(_json_type, values)}
+                {"number" if t == "integer" else t for t in map(_json_type, undecided)}
             )
         node = self.value(rest, path)
         separators = (",", ":") if self.options[0] else (self.options[1] or (", ", ": "))
-        texts = [_spellings(v, separators) for v in values]
+        texts = [_spellings(v, separators) for v in undecided]
         flat = [t for spellings in texts for t in spellings]
         if not _has_rules(node):
             accepts = EagerDFA.from_node(node).accepts
@@ -307,7 +315,23 @@ class _Builder(_ContainerNodes):
                     f"const/enum beside keywords on a recursive schema ({path})"
                 ) from None
             accepted = dict(zip(flat, found))
-        return [v for v, spellings in zip(values, texts) if any(map(accepted.get, spellings))]
+        admitted = iter(any(map(accepted.get, spellings)) for spellings in texts)
+        return [
+            v for v, known in zip(values, verdicts) if (next(admitted) if known is None else known)
+        ]
+
+    def _verdicts(self, values: list, schema: dict) -> list:
+        """instances.matches of each constant against the keywords beside const / enum (the
+        constants of an enum are its members already; a const must be in a sibling enum)."""
+        rest = {k: v for k, v in schema.items() if k != ("const" if "const" in schema else "enum")}
+        if not _constrains(rest) or (
+            set(rest) - _ANNOTATIONS == {"type"} and "const" not in schema
+        ):  # constant_values has already dropped the enum members of other types
+            return [True] * len(values)
+        return [
+            matches(v, rest, self.resolve, strict=self.strict, ref_siblings=self.ref_siblings_apply)
+            for v in values
+        ]
 
     def alternatives(self, schema: dict, key: str, path: str) -> tuple:
         """anyOf / oneOf, the keywords beside it merged into each branch; the branches that are
@@ -503,7 +527,7 @@ class _Builder(_ContainerNodes):
                 self.inexact["digits"] += 1
             return self._shared_node(number_node(schema, t == "integer", path, self.max_digits))
         if t == "string":
-            if schema.get("format") in _RESTRICTED_FORMATS:
+            if schema.get("format") in RESTRICTED_FORMATS:
                 self.inexact["format"] += 1
             return string_node(schema, path, self.rules)
         if t == "array":

@@ -104,6 +104,11 @@ _JSON_MODE_FORMATS = ("json-pointer", "relative-json-pointer")  # any character,
 # (an IRI or an internationalised address outside ASCII is refused)
 _SUBSET_FORMATS = {"iri": "uri", "iri-reference": "uri-reference", "idn-email": "email"}
 _DOMAIN_FORMATS = ("hostname", "email")  # counter automata, built by _domain_dfa
+# formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
+RESTRICTED_FORMATS = (
+    *("hostname", "email", "uri", "uri-reference", "time", "date-time"),
+    *("iri", "iri-reference", "idn-email"),
+)
 # standard formats a validator may check that are not enforced here: they raise GrammarError
 _UNENFORCED_FORMATS = {
     "regex",
