@@ -64,14 +64,8 @@ class Machine:
         self.root = self.rule_index[root]
         graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
         del nfa  # the arrays hold everything from here on
-        graph = nfa_passes.prune(graph, self.root, starts, finals)
+        graph, first = nfa_passes.prepare(graph, names, self.root, starts, finals)
         self.has_pushes = bool(len(graph.nt_tgt))
-        if self.has_pushes:
-            lists = nfa_passes.Lists(graph)
-            nfa_passes.check_left_recursion(graph, names, starts, finals, lists)
-            first = nfa_passes.first_bytes(graph, starts, finals, lists)
-        else:  # no rule is ever pushed: what may start one is never asked
-            first = np.zeros((len(starts), 256), np.bool_)
         self.arrays = lazydfa_arrays.freeze_nfa(graph, finals, first)
         self.dfa = lazydfa_arrays.empty_dfa()
         self._rows: dict[int, array] = {}
