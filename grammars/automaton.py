@@ -259,7 +259,13 @@ class NFA:
                 self.eps.extend(zip(track, nxt))
             track = nxt
         if extra is not None:
-            self._member_steps(extra, sep, track, track, after)
+            # a key written twice is one property, and extras' keys may repeat: toward lo they
+            # count once (the first extra comes where one more member reaches lo), toward hi
+            # each (a repeated key only lowers the true count)
+            def after_extra(c: int) -> int | None:
+                return after(c) if c + 1 >= lo else None
+
+            self._member_steps(extra, sep, track, track, after_extra)
         for c, p in enumerate(track):
             if c >= lo:
                 self.eps.append((p, e))
