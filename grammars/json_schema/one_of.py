@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from grammars.budget import checkpoint
+from grammars.errors import GrammarError
 from grammars.json_schema.constants import common_values, scalar_keys
 from grammars.json_schema.core import (
+    _ANNOTATIONS,
     _TYPE_KEYWORDS,
     _constants,
     _types_of,
     _value_types,
 )
+from grammars.json_schema.strings import _pattern_dfa
 
 _ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
 # keywords that constrain values of every type (or whose effect is not read here)
@@ -26,6 +29,8 @@ _GENERAL = frozenset(
     | {"if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas"}
 )
 _OBJECT_ONLY = frozenset({"dependencies", "dependentRequired", "dependentSchemas"})
+_MAX_PROOF_DEPTH = 16  # properties and combinators a disjointness proof looks into
+_STRING_KEYWORDS = frozenset({"type", "pattern", "minLength", "maxLength"})
 
 
 def admitted_types(schema) -> frozenset | None:
@@ -87,35 +92,76 @@ class OneOfProofs:
                 out.append(i)
         return out
 
-    def disjoint(self, a, b) -> bool:
-        """True when no value can match both schemas: by type, by const/enum, or, for objects
-        only, by a required property whose constants differ or that the other one forbids."""
+    def disjoint(self, a, b, depth: int = 0) -> bool:
+        """True when no value can match both schemas: by type, by const/enum, by patterns no
+        string matches both, or, for objects only, by a required property whose schemas are
+        disjoint (so, recursively) or that the other one forbids."""
         a, b = self.deref(a), self.deref(b)
         if a is False or b is False:
             return True
-        if not isinstance(a, dict) or not isinstance(b, dict):
+        if not isinstance(a, dict) or not isinstance(b, dict) or depth > _MAX_PROOF_DEPTH:
             return False
         ca, cb = _constants(a), _constants(b)
         if ca is not None and cb is not None and not common_values(ca, cb):
             return True
-        ta, tb = admitted_types(a), admitted_types(b)
+        ta, tb = self.types(a), self.types(b)
         if ta is None or tb is None:
             return False
         common = ta & tb
-        return not common or (common == {"object"} and self._objects_disjoint(a, b))
+        if common == {"string"}:
+            return _patterns_disjoint(a, b)
+        return not common or (common == {"object"} and self._objects_disjoint(a, b, depth))
 
-    def _objects_disjoint(self, a: dict, b: dict) -> bool:
+    def types(self, schema, depth: int = 0) -> frozenset | None:
+        """admitted_types, also through $ref, anyOf / oneOf (the union of their branches'
+        types) and allOf (the intersection); `not` and conditions only narrow, so they are
+        left out (the types found may be more than the schema admits, never fewer)."""
+        try:
+            schema = self.deref(schema)
+        except GrammarError:  # (reported where the schema is built)
+            return None
+        known = admitted_types(schema)
+        if known is not None or not isinstance(schema, dict) or depth > _MAX_PROOF_DEPTH:
+            return known
+        out = _ALL_TYPES
+        groups = [(k, schema[k]) for k in ("anyOf", "oneOf") if k in schema]
+        groups += list(schema.get("__alternatives") or [])
+        for _, branches in groups:
+            if not isinstance(branches, list):
+                return None
+            union = frozenset()
+            for branch in branches:
+                found = self.types(branch, depth + 1)
+                if found is None:
+                    return None
+                union |= found
+            out &= union
+        for sub in schema.get("allOf") or []:
+            found = self.types(sub, depth + 1)
+            if found is not None:
+                out &= found
+        return out
+
+    def _objects_disjoint(self, a: dict, b: dict, depth: int = 0) -> bool:
         if self._refuses_required(a, b) or self._refuses_required(b, a):
             return True
-        pa, pb = a.get("properties") or {}, b.get("properties") or {}
         for name in set(a.get("required") or []) & set(b.get("required") or []):
-            if name in pa and name in pb:
-                va, vb = self.deref(pa[name]), self.deref(pb[name])
-                if isinstance(va, dict) and isinstance(vb, dict):
-                    ca, cb = _constants(va), _constants(vb)
-                    if ca is not None and cb is not None and not common_values(ca, cb):
-                        return True
+            va, vb = self._member(a, name), self._member(b, name)
+            if va is not None and vb is not None and self.disjoint(va, vb, depth + 1):
+                return True
         return False
+
+    def _member(self, schema: dict, name: str):
+        """The schema a property `name` of an object matching `schema` must match; None where
+        patternProperties take part."""
+        props = schema.get("properties") or {}
+        if name in props:
+            return props[name]
+        patterns = schema.get("patternProperties") or {}
+        if any(self.search(p, name) for p in patterns):
+            return None
+        additional = schema.get("additionalProperties")
+        return (not self.strict) if additional is None else additional
 
     def _refuses_required(self, a: dict, b: dict) -> bool:
         """`a` forbids a property that `b` requires."""
@@ -199,3 +245,21 @@ def _narrowed(schema: dict, types: set, keys: set) -> dict:
     if keys:
         out["properties"] = {**(schema.get("properties") or {}), **dict.fromkeys(keys, False)}
     return out
+
+
+def _patterns_disjoint(a: dict, b: dict) -> bool:
+    """Two string schemas of type, pattern and lengths whose patterns no string matches both
+    (their automata read every spelling of each character, so a common value would leave a
+    common text)."""
+    patterns = []
+    for schema in (a, b):
+        if set(schema) - _ANNOTATIONS - _STRING_KEYWORDS or _types_of(schema) != ["string"]:
+            return False
+        if not isinstance(schema.get("pattern"), str):
+            return False
+        patterns.append(schema["pattern"])
+    try:
+        both = _pattern_dfa(patterns[0], True).product(_pattern_dfa(patterns[1], True), "and")
+    except GrammarError:
+        return False
+    return both.is_empty()

@@ -63,6 +63,81 @@ CASES = [
         [{"r": 1}, {"w": 2.5}, {"h": 3}],
         [{"r": 1, "w": 2}, {"w": 1, "h": 1}, {}, {"r": "x"}],
     ),
+    (
+        "branches typed through $ref and anyOf",
+        {
+            "$defs": {
+                "id": {
+                    "anyOf": [
+                        {"type": "string", "pattern": "^a"},
+                        {"type": "string", "pattern": "^#"},
+                    ]
+                }
+            },
+            "oneOf": [
+                {"$ref": "#/$defs/id"},
+                {"type": "object", "properties": {"id": {"$ref": "#/$defs/id"}}},
+            ],
+        },
+        ["ab", "#x", {"id": "a"}, {}],
+        ["b", 1, {"id": "b"}, None],
+    ),
+    (
+        "a required property whose patterns no string matches both",
+        {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "required": ["type", "value"],
+                    "properties": {
+                        "type": {"type": "string", "pattern": "^basic:(string|text):$"},
+                        "value": {"type": "string"},
+                    },
+                },
+                {
+                    "type": "object",
+                    "required": ["type", "value"],
+                    "properties": {
+                        "type": {"type": "string", "pattern": "^basic:int[a-z]*:$"},
+                        "value": {"type": "integer"},
+                    },
+                },
+            ]
+        },
+        [{"type": "basic:text:", "value": "x"}, {"type": "basic:integer:", "value": 1}],
+        [{"type": "basic:text:", "value": 1}, {"type": "basic:data:", "value": 1}, {}],
+    ),
+    (
+        "a required property of nested objects told apart by a constant",
+        {
+            "oneOf": [
+                {
+                    "required": ["v"],
+                    "properties": {
+                        "v": {
+                            "type": "object",
+                            "required": ["k"],
+                            "properties": {"k": {"const": 1}},
+                        },
+                        "x": {"type": "string"},
+                    },
+                },
+                {
+                    "required": ["v"],
+                    "properties": {
+                        "v": {
+                            "type": "object",
+                            "required": ["k"],
+                            "properties": {"k": {"const": 2}},
+                        }
+                    },
+                },
+            ],
+            "type": "object",
+        },
+        [{"v": {"k": 1}, "x": "s"}, {"v": {"k": 2}, "x": 3}],
+        [{"v": {"k": 3}}, {"v": {}}, {"v": {"k": 1}, "x": 3}, {"v": 5}],
+    ),
 ]
 
 
