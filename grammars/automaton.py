@@ -109,14 +109,15 @@ def mask_bytes(mask: int) -> list[int]:
 
 class NFA:
     """Thompson NFA over bytes, with rule-reference edges. One NFA holds every rule of a grammar.
-    Its moves are flat lists of (source, ..., target) tuples, cheap to add to and to turn into
-    arrays (lazydfa_arrays.nfa_graph); the moves of each state are listed on first need."""
+    Its moves are flat lists (source, ..., target, source, ...), cheap to add to and to turn
+    into arrays (lazydfa_arrays.nfa_graph); the moves of each state are listed on first need."""
 
     def __init__(self):
         self.size = 0
-        self.eps: list[tuple[int, int]] = []  # (state, state)
-        self.edges: list[tuple[int, int, int]] = []  # (state, byte mask, state)
-        self.nts: list[tuple[int, str, int]] = []  # (state, rule name, state to return to)
+        # moves flat, each a run of ints (quick to append and to turn into arrays)
+        self.eps: list[int] = []  # state, state
+        self.edges: list[int] = []  # state, byte mask, state
+        self.nts: list = []  # state, rule name, state to return to
         # embedded DFAs kept whole, (first state, from, to, dfa): turned into arrays at once
         self.copies: list[tuple[int, int, int, EagerDFA]] = []
         # ("frag", node) wrappers built so far, by id, and their later uses (grammars.fragments)
@@ -162,11 +163,13 @@ class NFA:
         """The copies' (and fragment uses') moves as tuples, for the per-state views below."""
         expand_uses(self)
         for base, s, e, dfa in self.copies:
-            self.eps.append((s, base + dfa.start))
+            eps, edges = self.eps, self.edges
+            eps += (s, base + dfa.start)
             for i, tr in enumerate(dfa.trans):
-                self.edges.extend([(base + i, cm, base + t) for cm, t in tr])
+                for cm, t in tr:
+                    edges += (base + i, cm, base + t)
                 if dfa.accept[i]:
-                    self.eps.append((base + i, e))
+                    eps += (base + i, e)
         self.copies = []
 
     def edges_of(self, s: int) -> list[tuple[int, int]]:
@@ -174,7 +177,8 @@ class NFA:
         if self._edges_of is None:
             self._expand_copies()
             lists: list[list[tuple[int, int]]] = [[] for _ in range(self.size)]
-            for a, mask, b in self.edges:
+            edges = self.edges
+            for a, mask, b in zip(edges[::3], edges[1::3], edges[2::3]):
                 lists[a].append((mask, b))
             self._edges_of = lists
         return self._edges_of[s]
@@ -183,12 +187,12 @@ class NFA:
         kind = node[0]
         if kind == "b":
             if node[1]:
-                self.edges.append((s, node[1], e))
+                self.edges += (s, node[1], e)
         elif kind == "cat":
             children = node[1]
             last = len(children) - 1
             if last < 0:
-                self.eps.append((s, e))
+                self.eps += (s, e)
                 return
             first = self.reserve(last) - 1  # state i of the chain is first + i, 0 < i <= last
             edges = self.edges
@@ -197,7 +201,7 @@ class NFA:
                 nxt = e if i == last else first + i + 1
                 if child[0] == "b":  # the common case (literals), without a call
                     if child[1]:
-                        edges.append((cur, child[1], nxt))
+                        edges += (cur, child[1], nxt)
                 else:
                     self.build(child, cur, nxt)
                 cur = nxt
@@ -215,25 +219,26 @@ class NFA:
             eps = self.eps
             if hi is None:
                 a = self.reserve(2)
-                eps.append((cur, a))
-                self.build(child, a, a + 1)
-                eps.append((a + 1, a))
-                eps.append((a + 1, e))
-                eps.append((cur, e))
+                if child[0] == "b":  # the common case (whitespace), without a call
+                    if child[1]:
+                        self.edges += (a, child[1], a + 1)
+                else:
+                    self.build(child, a, a + 1)
+                eps += (cur, a, a + 1, a, a + 1, e, cur, e)
             else:
                 for _ in range(hi - lo):
                     nxt = self.reserve(2)
-                    eps.append((cur, nxt + 1))
+                    eps += (cur, nxt + 1)
                     self.build(child, nxt + 1, nxt)
-                    eps.append((cur, e))
+                    eps += (cur, e)
                     cur = nxt
-                eps.append((cur, e))
+                eps += (cur, e)
         elif kind == "members" and node[5]:
             self._members_any_order(node, s, e)
         elif kind == "members":
             self._members(node, s, e)
         elif kind == "nt":
-            self.nts.append((s, node[1], e))
+            self.nts += (s, node[1], e)
         elif kind == "dfa":
             node[1].embed(self, s, e)
         elif kind == "frag":
@@ -256,7 +261,8 @@ class NFA:
             nxt = [self.new() for _ in range(top + 1)]
             self._member_steps(item, sep, track, nxt, after)
             if not required:
-                self.eps.extend(zip(track, nxt))
+                for pair in zip(track, nxt):
+                    self.eps += pair
             track = nxt
         if extra is not None:
             # a key written twice is one property, and extras' keys may repeat: toward lo they
@@ -268,7 +274,7 @@ class NFA:
             self._member_steps(extra, sep, track, track, after_extra)
         for c, p in enumerate(track):
             if c >= lo:
-                self.eps.append((p, e))
+                self.eps += (p, e)
 
     def _members_any_order(self, node, s: int, e: int) -> None:
         """The items in any order, each at most once (the required ones all present, lo..hi
@@ -293,7 +299,7 @@ class NFA:
                     if written:
                         self.build(sep, p, mid)
                     else:
-                        self.eps.append((p, mid))
+                        self.eps += (p, mid)
         if extra is not None:
             for used, places in sources.items():
                 mid = self.new()
@@ -302,14 +308,14 @@ class NFA:
                     if written:
                         self.build(sep, p, mid)
                     else:
-                        self.eps.append((p, mid))
+                        self.eps += (p, mid)
         needed = sum(1 << i for i, (_, required) in enumerate(items) if required)
         lo, hi = node[4]  # member counts (only without extras: those are not counted)
         for used, places in sources.items():
             written = used.bit_count()
             if used & needed == needed and lo <= written and (hi is None or written <= hi):
                 for p, _ in places:
-                    self.eps.append((p, e))
+                    self.eps += (p, e)
 
     def _member_steps(self, item, sep, track: list, nxt: list, after) -> None:
         """One member from each track to the next count's track; the tracks that lead to one
@@ -324,7 +330,7 @@ class NFA:
                 mid = mids[target] = self.new()
                 self.build(item, mid, nxt[target])
             if c == 0:
-                self.eps.append((p, mid))
+                self.eps += (p, mid)
             else:
                 self.build(sep, p, mid)
 
@@ -345,7 +351,8 @@ class NFA:
             if self._eps_of is None:
                 self._expand_copies()
                 lists: list[list[int]] = [[] for _ in range(self.size)]
-                for a, b in self.eps:
+                eps = self.eps
+                for a, b in zip(eps[::2], eps[1::2]):
                     lists[a].append(b)
                 self._eps_of = lists
             seen = {s}
@@ -417,7 +424,7 @@ class EagerDFA:
         nfa = NFA()
         s, e = nfa.new(), nfa.new()
         nfa.build(node, s, e)
-        if any(nfa.nts):
+        if nfa.nts:
             raise GrammarError("rule references cannot be combined with intersections")
         dfa = cls()
         states = StateIndex(dfa, limit, "constraint too large to determinise")

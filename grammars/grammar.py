@@ -57,16 +57,15 @@ class Machine:
             nfa.build(rules[name], s, e)
             starts.append(s)
             finals.append(e)
-        for _, name, _ in nfa.nts:
+        for name in nfa.nts[1::3]:
             if name not in self.rule_index:
                 raise GrammarError(f"reference to undefined rule {name!r}")
         self.names = names
         self.root = self.rule_index[root]
         graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
         del nfa  # the arrays hold everything from here on
-        graph, first = nfa_passes.prepare(graph, names, self.root, starts, finals)
-        self.has_pushes = bool(len(graph.nt_tgt))
-        self.arrays = lazydfa_arrays.freeze_nfa(graph, finals, first)
+        self.arrays = nfa_passes.frozen(graph, names, self.root, starts, finals)
+        self.has_pushes = bool(len(self.arrays.nt_tgt))
         self.dfa = lazydfa_arrays.empty_dfa()
         self._rows: dict[int, array] = {}
         self._live: dict[int, array] = {}

@@ -1,6 +1,7 @@
 """Passes over the NFA of a whole grammar, in arrays (lazydfa_arrays.NFAGraph), before it is
 frozen for the lazy DFA (grammar.Machine), in one compiled call: prune what cannot finish,
-refuse left recursion, and find the bytes that can start each rule.
+refuse left recursion, find the bytes that can start each rule, and lay out the arrays the lazy
+DFA's kernels read.
 
 `starts[r]` and `finals[r]` are the NFA states where rule r begins and ends; rule references
 are the graph's nt edges (source state, rule, target state).
@@ -12,7 +13,7 @@ import numpy as np
 
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
-from grammars.lazydfa import njit
+from grammars.lazydfa import NFAArrays, njit
 from grammars.lazydfa_arrays import NFAGraph
 
 
@@ -284,7 +285,7 @@ def _first_bytes(g, starts, finals, mark, stack, buf):
 
 
 @njit(cache=True, nogil=True)
-def _passes(g, root, starts, finals):
+def _passes(g, root, starts, finals, mark, stack, buf):
     """(outcome, pruned graph, first bytes): outcome -2 when the grammar is usable, -1 when
     the root rule matches nothing, r >= 0 when rule r is left recursive."""
     live, productive = _live_states(g[0], g[1], g[2], g[5], g[7], g[8], g[9], starts, finals)
@@ -295,23 +296,45 @@ def _passes(g, root, starts, finals):
         g = _pruned(g, live, productive)
     if not g[9].shape[0]:  # no rule is ever pushed: what may start one is never asked
         return -2, g, first
-    n = live.shape[0]
-    mark = np.zeros(n + 1, np.int64)  # the last slot holds the current stamp
-    stack = np.empty(n, np.int64)
-    buf = np.empty(n, np.int64)
     bad = _left_recursive(g, starts, finals, mark, stack, buf)
     if bad >= 0:
         return bad, g, first
     return -2, g, _first_bytes(g, starts, finals, mark, stack, buf)
 
 
-def prepare(graph: NFAGraph, names, root: int, starts, finals) -> tuple[NFAGraph, np.ndarray]:
-    """The graph without the states that cannot reach their rule's end and without references
-    to rules that cannot match anything, and first[r, b]: byte b can start rule r (all False
-    when no rule is referenced). GrammarError when the root rule matches nothing, or when a
-    rule can reach itself without reading a byte (left recursion)."""
+@njit(cache=True, nogil=True)
+def _frozen(g, root, starts, finals):
+    """_passes' outcome and NFAArrays' fields: the pruned graph, which states are final and
+    which are important (a byte move, a reference or a rule end), the first bytes, and the
+    kernels' scratch arrays."""
+    n = g[0].shape[0] - 1
+    mark = np.zeros(n + 1, np.int64)  # the last slot holds the current stamp
+    stack = np.empty(max(n, 1), np.int64)
+    buf = np.empty(max(n, 1), np.int64)
+    outcome, g, first = _passes(g, root, starts, finals, mark, stack, buf)
+    eps_ptr, eps_idx, e_ptr, e_byte, e_mask, e_tgt, masks, nt_ptr, nt_rule, nt_tgt = g
+    final = np.zeros(n, np.bool_)
+    final[finals] = True
+    important = final.copy()
+    for s in range(n):
+        if e_ptr[s + 1] > e_ptr[s] or nt_ptr[s + 1] > nt_ptr[s]:
+            important[s] = True
+    mark[:] = 0
+    pairs = np.empty((max(nt_tgt.shape[0], 1), 2), np.int64)
+    return outcome, (
+        eps_ptr, eps_idx, important, final, e_ptr, e_byte, e_mask, e_tgt, masks, nt_ptr,
+        nt_rule, nt_tgt, first, mark, stack, buf, pairs,
+    )  # fmt: skip
+
+
+def frozen(graph: NFAGraph, names, root: int, starts, finals) -> NFAArrays:
+    """The arrays the lazy DFA's kernels read: the graph without the states that cannot reach
+    their rule's end and without references to rules that cannot match anything, with
+    first[r, b]: byte b can start rule r (all False when no rule is referenced). GrammarError
+    when the root rule matches nothing, or when a rule can reach itself without reading a byte
+    (left recursion)."""
     checkpoint()
-    outcome, g, first = _passes(
+    outcome, arrays = _frozen(
         tuple(graph), root, np.asarray(starts, np.int64), np.asarray(finals, np.int64)
     )
     checkpoint()
@@ -319,4 +342,4 @@ def prepare(graph: NFAGraph, names, root: int, starts, finals) -> tuple[NFAGraph
         raise GrammarError("the constraint admits no value at all")
     if outcome >= 0:
         raise GrammarError(f"left recursion in rule {names[outcome]!r}")
-    return NFAGraph(*g), first
+    return NFAArrays(*arrays)
