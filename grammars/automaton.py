@@ -264,14 +264,9 @@ class NFA:
                 for pair in zip(track, nxt):
                     self.eps += pair
             track = nxt
-        if extra is not None:
-            # a key written twice is one property, and extras' keys may repeat: toward lo they
-            # count once (the first extra comes where one more member reaches lo), toward hi
-            # each (a repeated key only lowers the true count)
-            def after_extra(c: int) -> int | None:
-                return after(c) if c + 1 >= lo else None
-
-            self._member_steps(extra, sep, track, track, after_extra)
+        if extra is not None:  # extras' keys may repeat: toward lo only the first counts
+            first = lambda c: after(c) if c + 1 >= lo else None  # noqa: E731
+            self._member_steps(extra, sep, track, track, first)
         for c, p in enumerate(track):
             if c >= lo:
                 self.eps += (p, e)
