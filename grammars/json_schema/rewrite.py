@@ -122,6 +122,8 @@ def _merge(a, b, path: str):
             out["__patterns"] = [*out.get("__patterns", []), v]
         elif k == "__patterns":
             out[k] = [*w, *v]
+        elif k == "patternProperties" and isinstance(w, dict) and isinstance(v, dict):
+            out[k] = _merged_patterns(a, b, path)
         elif k == "propertyNames":  # every key matches both
             out[k] = _merge(w, v, path)
         elif k == "multipleOf":
@@ -152,6 +154,25 @@ def _common_multiple(a, b, path: str):
     p, r = fa.numerator, fb.numerator
     common = Fraction(p * r // math.gcd(p, r), math.gcd(fa.denominator, fb.denominator))
     return int(common) if common.denominator == 1 else float(common)
+
+
+def _merged_patterns(a: dict, b: dict, path: str) -> dict:
+    """Both schemas' patternProperties: a key matching a pattern of either must match its
+    schema (one pattern in both: both schemas). Exact unless a key matching only the other's
+    patterns would also have to match one side's additionalProperties: an error then."""
+    pa, pb = a["patternProperties"], b["patternProperties"]
+    for side, other in ((a, pb), (b, pa)):
+        if side.get("additionalProperties", True) is not True and not set(other) <= set(
+            side["patternProperties"]
+        ):
+            raise GrammarError(
+                f"allOf: cannot combine two different 'patternProperties' beside "
+                f"additionalProperties ({path})"
+            )
+    merged = dict(pa)
+    for pattern, sub in pb.items():
+        merged[pattern] = _merge(merged[pattern], sub, path) if pattern in merged else sub
+    return merged
 
 
 def _listed(*schemas) -> bool:
