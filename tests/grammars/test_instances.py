@@ -309,3 +309,51 @@ def test_combinators_over_constants_are_judged_value_by_value(checker):
         "then": {"minItems": 2, "items": {"exclusiveMaximum": 5}},
     }
     checker.check_schema("oneOf of constants", schema, [[2, 4], [1, 2]], [[1], [5], [], [4, 6]])
+
+
+PATTERN_OBJECTS = [
+    # a named property under a pattern must match both schemas
+    {"properties": {"ab": True}, "patternProperties": {"^a": {"type": "integer"}}},
+    {"properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": False}},
+    # overlapping patterns, one of which asserts nothing (or both the same)
+    {"patternProperties": {"^a": {"type": "integer"}, "b$": True, "^.$": {"type": "integer"}}},
+    # additionalProperties false on one side of an allOf, patterns on the other
+    {
+        "allOf": [
+            {"properties": {"x": {}}, "additionalProperties": False},
+            {"patternProperties": {"^y": {}}},
+        ]
+    },
+    {
+        "allOf": [
+            {"patternProperties": {"^.{1,3}$": False}},
+            {"patternProperties": {"a": True}, "additionalProperties": False},
+            {"patternProperties": {"b": {"type": "integer"}}, "additionalProperties": False},
+        ]
+    },
+]
+OBJECTS = [
+    {},
+    {"ab": 1},
+    {"ab": "x"},
+    {"a": 1},
+    {"a": "x"},
+    {"b": "x"},
+    {"x": 1},
+    {"y1": 1},
+    {"x": 1, "y": 2},
+    {"aaab": 1},
+    {"aaab": "s"},
+    {"bbbba": 2},
+    {"cccc": 1},
+    {"abcd": 1, "bcda": 2},
+]
+
+
+@pytest.mark.parametrize("schema", PATTERN_OBJECTS)
+def test_pattern_properties_agree_with_matches(compiler, checker, schema):
+    grammar = compiler.compile_json_schema({"type": "object", **schema})
+    for doc in OBJECTS:
+        expected = check(doc, schema)
+        assert expected is not None
+        assert checker.accepts(grammar, doc) == expected, doc

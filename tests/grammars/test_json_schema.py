@@ -607,10 +607,10 @@ def test_property_order_any_agrees_with_permutations(compiler, order, size):
 
 def test_all_of_patterns_under_another_schemas_additional_properties_raise(compiler):
     # a key only the second schema's pattern names must also match the first's
-    # additionalProperties, which one merged schema cannot say
+    # additionalProperties, which one merged schema cannot say (but for false: propertyNames)
     schema = {
         "allOf": [
-            {"patternProperties": {"^a": {}}, "additionalProperties": False},
+            {"patternProperties": {"^a": {}}, "additionalProperties": {"type": "integer"}},
             {"patternProperties": {"^b": {}}},
         ]
     }
