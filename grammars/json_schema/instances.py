@@ -14,6 +14,7 @@ by the same reading of a pattern as the strings around it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -495,3 +496,58 @@ def format_matches(fmt, text: str) -> bool | None:
 def _format_machine(fmt: str) -> EagerDFA:
     dfa = _format_dfa(fmt)
     return EagerDFA(dfa.trans, dfa.accept, dfa.start)  # its moves listed once
+
+
+def finite_values(
+    schema, resolve: Callable, *, ref_siblings: bool = True, limit: int = 1000
+) -> list | None:
+    """Values that include every value `schema` matches, where const / enum bound them: its
+    own constants, those of an allOf member or of every anyOf / oneOf branch, through $ref
+    (the other keywords are not read: `matches` judges each value). Distinct as JSON values;
+    None where no such list of at most `limit` values is found."""
+    found = _finite(schema, resolve, ref_siblings, 0)
+    if found is None:
+        return None
+    distinct: dict = {}
+    for value in found:
+        try:
+            distinct.setdefault(json_key(value), value)
+        except TypeError:
+            return None
+        if len(distinct) > limit:
+            return None
+    return list(distinct.values())
+
+
+def _finite(schema, resolve: Callable, ref_siblings: bool, depth: int) -> list | None:
+    if schema is False:
+        return []
+    if not isinstance(schema, dict) or depth >= MAX_DEPTH:
+        return None
+    if "$ref" in schema and not ref_siblings:
+        schema = {"$ref": schema["$ref"]}
+    if "const" in schema:
+        return [schema["const"]]
+    if isinstance(schema.get("enum"), list):
+        return schema["enum"]
+    depth += 1
+    members = list(schema.get("allOf") or [])
+    if "$ref" in schema:
+        with contextlib.suppress(GrammarError):  # (reported where the schema is built)
+            members.append(resolve(schema["$ref"])[0])
+    for sub in members:
+        found = _finite(sub, resolve, ref_siblings, depth)
+        if found is not None:
+            return found
+    groups = [schema[k] for k in ("anyOf", "oneOf") if isinstance(schema.get(k), list)]
+    groups += [branches for _, branches in schema.get("__alternatives") or []]
+    for branches in groups:
+        union = []
+        for branch in branches:
+            found = _finite(branch, resolve, ref_siblings, depth)
+            if found is None:
+                break
+            union.extend(found)
+        else:
+            return union
+    return None

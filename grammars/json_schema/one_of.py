@@ -3,13 +3,15 @@
 A oneOf is enforced as an anyOf of its branches, which is exact only when no value matches two
 of them. Where that cannot be proved, the branches are narrowed (`separated_branches`) so that
 every value a narrowed branch admits matches no other original branch: sound, and exact except
-for the documented key restriction.
+for the documented key restriction. Small regular branches that do overlap are made exclusive
+by automaton differences instead (exclusive_dfas).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from grammars.automaton import EagerDFA
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 from grammars.json_schema.constants import common_values, scalar_keys
@@ -17,9 +19,12 @@ from grammars.json_schema.core import (
     _ANNOTATIONS,
     _TYPE_KEYWORDS,
     _constants,
+    _has_rules,
     _types_of,
     _value_types,
+    node_size,
 )
+from grammars.json_schema.negation import canonical_texts
 from grammars.json_schema.strings import _pattern_dfa
 
 _ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
@@ -30,7 +35,9 @@ _GENERAL = frozenset(
 )
 _OBJECT_ONLY = frozenset({"dependencies", "dependentRequired", "dependentSchemas"})
 _MAX_PROOF_DEPTH = 16  # properties and combinators a disjointness proof looks into
-_STRING_KEYWORDS = frozenset({"type", "pattern", "minLength", "maxLength"})
+_MAX_EXCLUSIVE = 8  # overlapping branches made exclusive by DFA differences
+# string keywords whose automata read every spelling of a value (text_complete)
+_COMPLETE_KEYWORDS = frozenset({"type", "pattern", "minLength", "maxLength"})
 
 
 def admitted_types(schema) -> frozenset | None:
@@ -253,7 +260,7 @@ def _patterns_disjoint(a: dict, b: dict) -> bool:
     common text)."""
     patterns = []
     for schema in (a, b):
-        if set(schema) - _ANNOTATIONS - _STRING_KEYWORDS or _types_of(schema) != ["string"]:
+        if set(schema) - _ANNOTATIONS - _COMPLETE_KEYWORDS or _types_of(schema) != ["string"]:
             return False
         if not isinstance(schema.get("pattern"), str):
             return False
@@ -263,3 +270,52 @@ def _patterns_disjoint(a: dict, b: dict) -> bool:
     except GrammarError:
         return False
     return both.is_empty()
+
+
+def exclusive_dfas(nodes, path: str, complete: bool) -> list | None:
+    """oneOf is enforced as anyOf, which is exact only when no value matches two branches:
+    None when no text matches two of `nodes`. Otherwise each node's DFA minus the others' that
+    it meets, which the exact nodes make sound: every text they accept has a value matching
+    their branch, and they accept every canonical text (negation.canonical_texts: one spelling
+    per value) of the values it matches, so a canonical text left in a branch's difference
+    matches no other branch. Unless `complete` (the nodes accept every spelling:
+    text_complete), each branch is first limited to canonical texts, a sound restriction.
+    (Every string automaton refuses lone surrogate escapes, \\ud83d alone, alike, and reads an
+    astral character both as itself and as its surrogate pair.)"""
+    for n in nodes:
+        if _has_rules(n) or node_size(n, 2000, True) > 2000:
+            raise GrammarError(f"oneOf: branches that may overlap are not supported ({path})")
+    dfas = [EagerDFA.from_node(n) for n in nodes]
+    meets = [
+        (i, j)
+        for i in range(len(dfas))
+        for j in range(i + 1, len(dfas))
+        if not dfas[i].product(dfas[j], "and").is_empty()
+    ]
+    if not meets:
+        return None
+    if len(dfas) > _MAX_EXCLUSIVE:
+        i, j = meets[0]
+        raise GrammarError(f"oneOf: branches {i} and {j} overlap ({path})")
+    canonical = None if complete else canonical_texts()[1]
+    only = []
+    for i, dfa in enumerate(dfas):
+        if canonical is not None:
+            dfa = dfa.product(canonical, "and")
+        for j, other in enumerate(dfas):
+            if (min(i, j), max(i, j)) in meets:
+                dfa = dfa.product(other, "diff")
+        only.append(dfa)
+    return only
+
+
+def text_complete(schema) -> bool:
+    """The schema's node accepts every JSON text of every value it matches. Strings are
+    written with or without escapes and counted by characters either way; integers (1.0,
+    1e2), bounded numbers (exponents), constants (escaped letters), formats and object keys
+    (escaped names) are not: only strings limited by type, pattern and lengths, booleans and
+    null pass."""
+    if not isinstance(schema, dict) or not set(schema) - _ANNOTATIONS <= _COMPLETE_KEYWORDS:
+        return False
+    types = _types_of(schema)
+    return types is not None and set(types) <= {"string", "boolean", "null"}

@@ -122,6 +122,8 @@ def _merge(a, b, path: str):
             out["__patterns"] = [*out.get("__patterns", []), v]
         elif k == "__patterns":
             out[k] = [*w, *v]
+        elif k == "patternProperties" and isinstance(w, dict) and isinstance(v, dict):
+            out[k] = _merged_patterns(a, b, path)
         elif k == "propertyNames":  # every key matches both
             out[k] = _merge(w, v, path)
         elif k == "multipleOf":
@@ -154,6 +156,16 @@ def _common_multiple(a, b, path: str):
     return int(common) if common.denominator == 1 else float(common)
 
 
+def _merged_patterns(a: dict, b: dict, path: str) -> dict:
+    """Both schemas' patternProperties: a key matching a pattern of either must match its
+    schema (one pattern in both: both schemas). What each side's additionalProperties says of
+    keys under the other's patterns only is added by _restrict_to_additional."""
+    merged = dict(a["patternProperties"])
+    for pattern, sub in b["patternProperties"].items():
+        merged[pattern] = _merge(merged[pattern], sub, path) if pattern in merged else sub
+    return merged
+
+
 def _listed(*schemas) -> bool:
     """Each schema is a const or enum and nothing else."""
     return all(isinstance(s, dict) and set(s) in ({"const"}, {"enum"}) for s in schemas)
@@ -164,15 +176,27 @@ def _values(schema: dict) -> list:
 
 
 def _restrict_to_additional(out: dict, a: dict, b: dict, path: str) -> None:
-    """A property that `b` names but `a` does not must still satisfy a's additionalProperties
-    (each schema of an allOf judges the whole object)."""
+    """A property that `b` names (or lets in by a pattern) but `a` does not must still satisfy
+    a's additionalProperties (each schema of an allOf judges the whole object): with patterns,
+    only `false` can be said (by propertyNames)."""
     extra = a.get("additionalProperties", True)
-    if extra is True or not isinstance(b.get("properties"), dict):
+    if extra is True:
         return
-    if a.get("patternProperties"):
-        raise GrammarError(
-            f"allOf: cannot combine patternProperties with other properties ({path})"
-        )
+    own_patterns = a.get("patternProperties") or {}
+    if own_patterns or set(b.get("patternProperties") or {}) - set(own_patterns):
+        if extra is not False:
+            raise GrammarError(
+                f"allOf: cannot combine patternProperties with other properties ({path})"
+            )
+        # every key must be one of a's properties or match one of a's patterns
+        own_keys = [{"pattern": p} for p in own_patterns]
+        if a.get("properties"):
+            own_keys.append({"enum": list(a["properties"])})
+        names = {"anyOf": own_keys} if own_keys else False
+        out["propertyNames"] = _merge(out.get("propertyNames", True), names, path)
+        return
+    if not isinstance(b.get("properties"), dict):
+        return
     own = a.get("properties") or {}
     props = dict(out.get("properties") or {})
     for name in b["properties"]:

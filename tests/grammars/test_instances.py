@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grammars.errors import GrammarError
-from grammars.json_schema.instances import json_key, matches
+from grammars.json_schema.instances import finite_values, json_key, matches
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -285,3 +285,75 @@ def test_constants_undecided_on_their_value_are_judged_by_the_keywords_node(chec
     # constant undecided and the node of "format" drops it; the other one is decided
     schema = {"enum": ["a@b.co", '"q"@b.co'], "format": "email"}
     checker.check_schema("const/enum", schema, ["a@b.co"], ['"q"@b.co', "c@d.co"])
+
+
+@pytest.mark.parametrize(
+    "schema, expected",
+    [
+        ({"anyOf": [{"const": 1}, {"enum": [2, 1.0]}]}, [1, 2]),
+        ({"allOf": [{"type": "integer"}, {"enum": [1, 2]}]}, [1, 2]),
+        ({"oneOf": [{"$ref": "#/$defs/small"}, {"const": 1}]}, None),
+        ({"anyOf": [{"const": 1}, {"type": "string"}]}, None),
+        ({"anyOf": [{"const": "a"}, False]}, ["a"]),
+    ],
+)
+def test_finite_values_bound_what_a_schema_admits(schema, expected):
+    assert finite_values(schema, resolve) == expected
+
+
+def test_combinators_over_constants_are_judged_value_by_value(checker):
+    schema = {
+        "type": "array",
+        "oneOf": [{"enum": [[1], [2, 4], [5]]}, {"enum": [[1], [1, 2]]}],
+        "if": {"minItems": 1},
+        "then": {"minItems": 2, "items": {"exclusiveMaximum": 5}},
+    }
+    checker.check_schema("oneOf of constants", schema, [[2, 4], [1, 2]], [[1], [5], [], [4, 6]])
+
+
+PATTERN_OBJECTS = [
+    # a named property under a pattern must match both schemas
+    {"properties": {"ab": True}, "patternProperties": {"^a": {"type": "integer"}}},
+    {"properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": False}},
+    # overlapping patterns, one of which asserts nothing (or both the same)
+    {"patternProperties": {"^a": {"type": "integer"}, "b$": True, "^.$": {"type": "integer"}}},
+    # additionalProperties false on one side of an allOf, patterns on the other
+    {
+        "allOf": [
+            {"properties": {"x": {}}, "additionalProperties": False},
+            {"patternProperties": {"^y": {}}},
+        ]
+    },
+    {
+        "allOf": [
+            {"patternProperties": {"^.{1,3}$": False}},
+            {"patternProperties": {"a": True}, "additionalProperties": False},
+            {"patternProperties": {"b": {"type": "integer"}}, "additionalProperties": False},
+        ]
+    },
+]
+OBJECTS = [
+    {},
+    {"ab": 1},
+    {"ab": "x"},
+    {"a": 1},
+    {"a": "x"},
+    {"b": "x"},
+    {"x": 1},
+    {"y1": 1},
+    {"x": 1, "y": 2},
+    {"aaab": 1},
+    {"aaab": "s"},
+    {"bbbba": 2},
+    {"cccc": 1},
+    {"abcd": 1, "bcda": 2},
+]
+
+
+@pytest.mark.parametrize("schema", PATTERN_OBJECTS)
+def test_pattern_properties_agree_with_matches(compiler, checker, schema):
+    grammar = compiler.compile_json_schema({"type": "object", **schema})
+    for doc in OBJECTS:
+        expected = check(doc, schema)
+        assert expected is not None
+        assert checker.accepts(grammar, doc) == expected, doc

@@ -516,6 +516,17 @@ def test_all_of_combines_two_nots_two_refs_and_differing_annotations(compiler, c
         ),
         ({"allOf": [{"const": True}, {"const": 1}]}, [], [True, 1]),  # true is not 1
         ({"type": "array", "uniqueItems": True, "maxItems": 1}, [[], [1]], [[1, 2]]),
+        (  # two patternProperties: a key under a pattern of either matches its schema
+            {
+                "type": "object",
+                "allOf": [
+                    {"patternProperties": {"^a": {"type": "integer"}}},
+                    {"patternProperties": {"^b": {"type": "string"}, "^a": {"minimum": 0}}},
+                ],
+            },
+            [{"a1": 1, "b": "x", "c": None}, {}],
+            [{"a1": -1}, {"b": 2}, {"a": "x"}],
+        ),
     ],
 )
 def test_all_of_merges_exactly(compiler, checker, schema, valid, invalid):
@@ -592,3 +603,16 @@ def test_property_order_any_agrees_with_permutations(compiler, order, size):
     doc = {k: "abcde".index(k) for k in order[:size]}
     m = grammar.matcher()
     assert (m.accept_string(json.dumps(doc)) and m.is_completed()) == ("a" in doc)
+
+
+def test_all_of_patterns_under_another_schemas_additional_properties_raise(compiler):
+    # a key only the second schema's pattern names must also match the first's
+    # additionalProperties, which one merged schema cannot say (but for false: propertyNames)
+    schema = {
+        "allOf": [
+            {"patternProperties": {"^a": {}}, "additionalProperties": {"type": "integer"}},
+            {"patternProperties": {"^b": {}}},
+        ]
+    }
+    with pytest.raises(GrammarError, match="patternProperties"):
+        compiler.compile_json_schema(schema)

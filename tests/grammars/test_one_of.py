@@ -252,3 +252,43 @@ def test_astral_characters_in_exclusive_string_branches(compiler, checker):
         assert not checker.accepts(grammar, text), text
     for text in ['"x"', '"\\u0078"', '"😀😀"', '""', '"\\ud83d\\ude00😀"', '"\\ud83d\\ude01"']:
         assert checker.accepts(grammar, text), text
+
+
+ALL_OF_ALTERNATIVES = [
+    # two oneOf lists: exactly one branch of each
+    {
+        "allOf": [
+            {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+            {
+                "oneOf": [
+                    {"type": "string", "maxLength": 2},
+                    {"type": "integer", "minimum": 0},
+                    {"type": "null"},
+                ]
+            },
+        ]
+    },
+    # an anyOf beside a oneOf whose integer branches overlap (2 matches both: refused)
+    {
+        "allOf": [
+            {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            {
+                "oneOf": [
+                    {"type": "string", "maxLength": 2},
+                    {"type": "integer", "minimum": 0},
+                    {"type": "integer", "multipleOf": 2},
+                ]
+            },
+        ]
+    },
+]
+
+
+@pytest.mark.parametrize("schema", ALL_OF_ALTERNATIVES)
+def test_all_of_combines_one_of_with_other_alternatives_exactly(compiler, checker, schema):
+    from grammars.json_schema.instances import matches
+
+    grammar = compiler.compile_json_schema(schema)
+    for value in ["", "ab", "abc", -3, -2, -1, 0, 1, 2, 3, 1.5, None, True, [], {}]:
+        expected = matches(value, schema, lambda ref: None)
+        assert checker.accepts(grammar, json.dumps(value)) == expected, value
