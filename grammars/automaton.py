@@ -17,6 +17,7 @@ Expression nodes are tuples:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -29,6 +30,7 @@ EMPTY = ("cat", ())
 NOTHING = ("alt", ())
 MAX_NFA_STATES = 400_000
 _HASHED_ALT = 64  # alternations longer than this drop duplicates by hashing, not by comparing
+_BYTE_NODES = tuple(("b", 1 << x) for x in range(256))  # one node per byte, shared
 
 
 def byte_set(*ranges: tuple[int, int] | int) -> int:
@@ -42,9 +44,9 @@ def byte_set(*ranges: tuple[int, int] | int) -> int:
 def lit(data: bytes | str) -> tuple:
     if isinstance(data, str):
         data = data.encode("utf-8")
-    if len(data) == 1:
-        return ("b", 1 << data[0])
-    return ("cat", tuple(("b", 1 << x) for x in data))
+    if len(data) < 2:
+        return _BYTE_NODES[data[0]] if data else EMPTY
+    return ("cat", itemgetter(*data)(_BYTE_NODES))  # a tuple of the nodes (two or more)
 
 
 def cat(*nodes) -> tuple:
@@ -177,8 +179,7 @@ class NFA:
         if self._edges_of is None:
             self._expand_copies()
             lists: list[list[tuple[int, int]]] = [[] for _ in range(self.size)]
-            edges = self.edges
-            for a, mask, b in zip(edges[::3], edges[1::3], edges[2::3]):
+            for a, mask, b in zip(self.edges[::3], self.edges[1::3], self.edges[2::3]):
                 lists[a].append((mask, b))
             self._edges_of = lists
         return self._edges_of[s]
@@ -346,8 +347,7 @@ class NFA:
             if self._eps_of is None:
                 self._expand_copies()
                 lists: list[list[int]] = [[] for _ in range(self.size)]
-                eps = self.eps
-                for a, b in zip(eps[::2], eps[1::2]):
+                for a, b in zip(self.eps[::2], self.eps[1::2]):
                     lists[a].append(b)
                 self._eps_of = lists
             seen = {s}

@@ -66,13 +66,10 @@ class Machine:
         del nfa  # the arrays hold everything from here on
         self.arrays = nfa_passes.frozen(graph, names, self.root, starts, finals)
         self.has_pushes = bool(len(self.arrays.nt_tgt))
-        self.dfa = lazydfa_arrays.empty_dfa()
+        self.dfa, self.rule_start = lazydfa_arrays.started_dfa(self.arrays, starts)
         self._rows: dict[int, array] = {}
         self._live: dict[int, array] = {}
         self._pushes: dict[int, tuple] = {}
-        rule_start = np.zeros(len(starts), np.int64)
-        self._run(lazydfa.intern_starts, np.array(starts, np.int64), rule_start)
-        self.rule_start = rule_start.tolist()
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
     def _run(self, kernel, *args):
@@ -342,11 +339,11 @@ class CompiledGrammar:
         meta = np.zeros(2, np.int64)
         states = np.empty(vocab.max_len + 1, np.int64)
         states[0] = ss
-        table = self._step_table
         while len(rows):  # compiled walks through the steps made so far; Python makes the rest
+            keys, vals = self._step_table.arrays()
             n = step_table.check_rows(
-                rows, lazydfa.shared_prefixes(trie.lcp, rows), trie.data, trie.ptr, table.keys,
-                table.vals, states, found_rows, pending, missing, meta,
+                rows, lazydfa.shared_prefixes(trie.lcp, rows), trie.data, trie.ptr, keys, vals,
+                states, found_rows, pending, missing, meta,
             )  # fmt: skip
             for cur, b in missing[: meta[1]].tolist():
                 self.step(cur, b)

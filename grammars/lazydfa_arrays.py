@@ -1,6 +1,6 @@
 """The arrays of the lazy DFA on the Python side: the NFA laid out as arrays (which
-nfa_passes.frozen turns into the kernels' NFAArrays), an empty DFA, and copies grown when a
-kernel of lazydfa.py returns NEED_SPACE."""
+nfa_passes.frozen turns into the kernels' NFAArrays), a new DFA holding the rules' start
+states, and copies grown when a kernel of lazydfa.py returns NEED_SPACE."""
 
 from __future__ import annotations
 
@@ -11,7 +11,18 @@ import numpy as np
 from grammars import nfa_layout
 from grammars.array_dfa import mask_bytes, packed_masks
 from grammars.budget import checkpoint
-from grammars.lazydfa import _MEM, _PUSHES, _STATES, _WANT, DFAArrays, rehash
+from grammars.lazydfa import (
+    _MEM,
+    _PUSHES,
+    _STATES,
+    _WANT,
+    NEED_SPACE,
+    DFAArrays,
+    NFAArrays,
+    intern_starts,
+    njit,
+    rehash,
+)
 
 NFAGraph = namedtuple(
     "NFAGraph", "eps_ptr eps_idx e_ptr e_byte e_mask e_tgt masks nt_ptr nt_rule nt_tgt"
@@ -88,26 +99,41 @@ def _offsets(sizes: list[int]) -> list[int]:
     return out
 
 
-def empty_dfa(capacity: int = 32) -> DFAArrays:
+@njit(cache=True, nogil=True)
+def _started(nfa, starts, out, capacity):
+    """A DFA with room for `capacity` states holding the dead state (0: no members, every
+    byte leads back to it) and then intern_starts' states; (intern_starts' code, the DFA)."""
     dfa = DFAArrays(
-        table=np.zeros((capacity, 256), np.int32),
-        viable=np.zeros((capacity, 256), np.bool_),
-        accept=np.zeros(capacity, np.bool_),
-        done=np.zeros(capacity, np.bool_),
-        m_ptr=np.zeros(capacity + 1, np.int64),
-        mem=np.zeros(capacity * 4, np.int64),
-        hkey=np.full(capacity * 4, -1, np.int64),
-        hcode=np.zeros(capacity * 4, np.int64),
-        push_start=np.zeros(capacity, np.int64),
-        push_count=np.full(capacity, -1, np.int64),
-        push_rule=np.zeros(capacity, np.int64),
-        push_ret=np.zeros(capacity, np.int64),
-        meta=np.zeros(5, np.int64),
+        np.zeros((capacity, 256), np.int32),  # table
+        np.zeros((capacity, 256), np.bool_),  # viable
+        np.zeros(capacity, np.bool_),  # accept
+        np.zeros(capacity, np.bool_),  # done
+        np.zeros(capacity + 1, np.int64),  # m_ptr
+        np.zeros(capacity * 4, np.int64),  # mem
+        np.full(capacity * 4, -1, np.int64),  # hkey
+        np.zeros(capacity * 4, np.int64),  # hcode
+        np.zeros(capacity, np.int64),  # push_start
+        np.full(capacity, -1, np.int64),  # push_count
+        np.zeros(capacity, np.int64),  # push_rule
+        np.zeros(capacity, np.int64),  # push_ret
+        np.zeros(5, np.int64),  # meta
     )
-    dfa.done[0] = True  # state 0 is the dead state: no members, all bytes lead back to it
+    dfa.done[0] = True
     dfa.push_count[0] = 0
     dfa.meta[_STATES] = 1
-    return dfa
+    return intern_starts(nfa, dfa, starts, out), dfa
+
+
+def started_dfa(nfa: NFAArrays, starts: list[int]) -> tuple[DFAArrays, list[int]]:
+    """A new DFA holding the state of each NFA state of `starts` (with its eps closure), and
+    those states, in one compiled call unless the arrays must grow."""
+    out = np.zeros(len(starts), np.int64)
+    seeds = np.array(starts, np.int64)
+    code, dfa = _started(nfa, seeds, out, 32)
+    while code == NEED_SPACE:
+        dfa = grown(dfa)
+        code = intern_starts(nfa, dfa, seeds, out)
+    return dfa, out.tolist()
 
 
 def has_room(dfa: DFAArrays, states: int) -> bool:
