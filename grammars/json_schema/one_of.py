@@ -150,17 +150,49 @@ class OneOfProofs:
         return out
 
     def _objects_disjoint(self, a: dict, b: dict, depth: int = 0) -> bool:
-        if self._refuses_required(a, b) or self._refuses_required(b, a):
+        """Each side is read with its allOf members, every one of which judges the object."""
+        parts_a, parts_b = self._parts(a), self._parts(b)
+        required_a = {n for p in parts_a for n in p.get("required") or []}
+        required_b = {n for p in parts_b for n in p.get("required") or []}
+        if self._forbids_any(parts_a, required_b) or self._forbids_any(parts_b, required_a):
             return True
-        for name in set(a.get("required") or []) & set(b.get("required") or []):
-            va, vb = self._member(a, name), self._member(b, name)
-            if va is not None and vb is not None and self.disjoint(va, vb, depth + 1):
-                return True
+        strict_a, strict_b = self._strict(parts_a), self._strict(parts_b)
+        for name in required_a & required_b:
+            for pa in parts_a:
+                for pb in parts_b:
+                    va, vb = self._member(pa, name, strict_a), self._member(pb, name, strict_b)
+                    if va is not None and vb is not None and self.disjoint(va, vb, depth + 1):
+                        return True
         return False
 
-    def _member(self, schema: dict, name: str):
+    def _forbids_any(self, parts: list[dict], names: set) -> bool:
+        strict = self._strict(parts)
+        return any(self.forbids(p, n, strict) for p in parts for n in names)
+
+    def _strict(self, parts: list[dict]) -> bool:
+        """The compile's default for additionalProperties (false when strict) holds for a
+        schema without allOf members only: merged, they name each other's properties."""
+        return self.strict and len(parts) == 1
+
+    def _parts(self, schema: dict) -> list[dict]:
+        """`schema` and, through $ref, its allOf members (a few levels deep)."""
+        out, todo = [], [(schema, 0)]
+        while todo:
+            part, level = todo.pop()
+            try:
+                part = self.deref(part)
+            except GrammarError:  # (reported where the schema is built)
+                continue
+            if not isinstance(part, dict) or len(out) > 16:
+                continue
+            out.append(part)
+            if level < 4 and isinstance(part.get("allOf"), list):
+                todo.extend((sub, level + 1) for sub in part["allOf"])
+        return out
+
+    def _member(self, schema: dict, name: str, strict: bool):
         """The schema a property `name` of an object matching `schema` must match; None where
-        patternProperties take part."""
+        patternProperties take part (`strict`: additionalProperties false where absent)."""
         props = schema.get("properties") or {}
         if name in props:
             return props[name]
@@ -168,14 +200,12 @@ class OneOfProofs:
         if any(self.search(p, name) for p in patterns):
             return None
         additional = schema.get("additionalProperties")
-        return (not self.strict) if additional is None else additional
+        return (not strict) if additional is None else additional
 
-    def _refuses_required(self, a: dict, b: dict) -> bool:
-        """`a` forbids a property that `b` requires."""
-        return any(self.forbids(a, name) for name in b.get("required") or [])
-
-    def forbids(self, schema: dict, name: str) -> bool:
-        """No object matching `schema` holds the property `name`."""
+    def forbids(self, schema: dict, name: str, strict: bool | None = None) -> bool:
+        """No object matching `schema` holds the property `name` (`strict`: additionalProperties
+        is false where absent; the compile's default unless given)."""
+        strict = self.strict if strict is None else strict
         props = schema.get("properties") or {}
         if name in props:
             return props[name] is False
@@ -183,7 +213,7 @@ class OneOfProofs:
         if any(self.search(p, name) for p in patterns):
             return False
         additional = schema.get("additionalProperties")
-        return self.strict if additional is None else additional is False
+        return strict if additional is None else additional is False
 
     def separated_branches(self, branches: list) -> list | None:
         """The branches narrowed so that a value admitted by one matches no other original

@@ -324,6 +324,13 @@ PATTERN_OBJECTS = [
             {"patternProperties": {"^y": {}}},
         ]
     },
+    # additionalProperties of one side beside the other's patterns: keys under them match both
+    {
+        "allOf": [
+            {"properties": {"x": {}}, "additionalProperties": {"type": "integer"}},
+            {"patternProperties": {"^a": {"minimum": 0}}},
+        ]
+    },
     {
         "allOf": [
             {"patternProperties": {"^.{1,3}$": False}},

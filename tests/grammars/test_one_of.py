@@ -108,6 +108,28 @@ CASES = [
         [{"type": "basic:text:", "value": 1}, {"type": "basic:data:", "value": 1}, {}],
     ),
     (
+        "a discriminator required inside allOf members",
+        {
+            "$defs": {
+                "ref": {
+                    "type": "object",
+                    "required": ["type"],
+                    "properties": {"type": {"enum": ["reference"]}, "id": {"type": "string"}},
+                }
+            },
+            "oneOf": [
+                {
+                    "type": "object",
+                    "required": ["type"],
+                    "properties": {"type": {"enum": ["section"]}, "id": {"type": "integer"}},
+                },
+                {"allOf": [{"$ref": "#/$defs/ref"}, {"required": ["id"]}]},
+            ],
+        },
+        [{"type": "section", "id": 1}, {"type": "reference", "id": "x"}, {"type": "section"}],
+        [{"type": "reference"}, {"type": "section", "id": "x"}, {"type": "other"}, {}],
+    ),
+    (
         "a required property of nested objects told apart by a constant",
         {
             "oneOf": [
