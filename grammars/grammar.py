@@ -92,17 +92,17 @@ class Machine:
         if row is None:
             if not self.dfa.done[g]:
                 self._run(lazydfa.materialize, g)
-            table_row = self.dfa.table[g]
-            row = self._rows[g] = array("i", table_row.astype(np.int32).tobytes())
-            self._live[g] = array("B", np.flatnonzero(table_row).astype(np.uint8).tobytes())
+            row = self._rows[g] = array("i", self.dfa.table[g].tobytes())  # (int32 already)
         return row
 
     def live(self, g: int) -> array:
         """The bytes state g can read."""
         live = self._live.get(g)
         if live is None:
-            self.row(g)
-            live = self._live[g]
+            self.row(g)  # the state materialised
+            live = self._live[g] = array(
+                "B", np.flatnonzero(self.dfa.table[g]).astype(np.uint8).tobytes()
+            )
         return live
 
     def pushes(self, g: int) -> tuple[tuple[int, int], ...]:
