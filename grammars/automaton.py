@@ -17,6 +17,7 @@ Expression nodes are tuples:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -29,6 +30,7 @@ EMPTY = ("cat", ())
 NOTHING = ("alt", ())
 MAX_NFA_STATES = 400_000
 _HASHED_ALT = 64  # alternations longer than this drop duplicates by hashing, not by comparing
+_BYTE_NODES = tuple(("b", 1 << x) for x in range(256))  # one node per byte, shared
 
 
 def byte_set(*ranges: tuple[int, int] | int) -> int:
@@ -42,9 +44,9 @@ def byte_set(*ranges: tuple[int, int] | int) -> int:
 def lit(data: bytes | str) -> tuple:
     if isinstance(data, str):
         data = data.encode("utf-8")
-    if len(data) == 1:
-        return ("b", 1 << data[0])
-    return ("cat", tuple(("b", 1 << x) for x in data))
+    if len(data) < 2:
+        return _BYTE_NODES[data[0]] if data else EMPTY
+    return ("cat", itemgetter(*data)(_BYTE_NODES))  # a tuple of the nodes (two or more)
 
 
 def cat(*nodes) -> tuple:
@@ -109,14 +111,15 @@ def mask_bytes(mask: int) -> list[int]:
 
 class NFA:
     """Thompson NFA over bytes, with rule-reference edges. One NFA holds every rule of a grammar.
-    Its moves are flat lists of (source, ..., target) tuples, cheap to add to and to turn into
-    arrays (lazydfa_arrays.nfa_graph); the moves of each state are listed on first need."""
+    Its moves are flat lists (source, ..., target, source, ...), cheap to add to and to turn
+    into arrays (lazydfa_arrays.nfa_graph); the moves of each state are listed on first need."""
 
     def __init__(self):
         self.size = 0
-        self.eps: list[tuple[int, int]] = []  # (state, state)
-        self.edges: list[tuple[int, int, int]] = []  # (state, byte mask, state)
-        self.nts: list[tuple[int, str, int]] = []  # (state, rule name, state to return to)
+        # moves flat, each a run of ints (quick to append and to turn into arrays)
+        self.eps: list[int] = []  # state, state
+        self.edges: list[int] = []  # state, byte mask, state
+        self.nts: list = []  # state, rule name, state to return to
         # embedded DFAs kept whole, (first state, from, to, dfa): turned into arrays at once
         self.copies: list[tuple[int, int, int, EagerDFA]] = []
         # ("frag", node) wrappers built so far, by id, and their later uses (grammars.fragments)
@@ -162,11 +165,13 @@ class NFA:
         """The copies' (and fragment uses') moves as tuples, for the per-state views below."""
         expand_uses(self)
         for base, s, e, dfa in self.copies:
-            self.eps.append((s, base + dfa.start))
+            eps, edges = self.eps, self.edges
+            eps += (s, base + dfa.start)
             for i, tr in enumerate(dfa.trans):
-                self.edges.extend([(base + i, cm, base + t) for cm, t in tr])
+                for cm, t in tr:
+                    edges += (base + i, cm, base + t)
                 if dfa.accept[i]:
-                    self.eps.append((base + i, e))
+                    eps += (base + i, e)
         self.copies = []
 
     def edges_of(self, s: int) -> list[tuple[int, int]]:
@@ -174,7 +179,7 @@ class NFA:
         if self._edges_of is None:
             self._expand_copies()
             lists: list[list[tuple[int, int]]] = [[] for _ in range(self.size)]
-            for a, mask, b in self.edges:
+            for a, mask, b in zip(self.edges[::3], self.edges[1::3], self.edges[2::3]):
                 lists[a].append((mask, b))
             self._edges_of = lists
         return self._edges_of[s]
@@ -183,12 +188,12 @@ class NFA:
         kind = node[0]
         if kind == "b":
             if node[1]:
-                self.edges.append((s, node[1], e))
+                self.edges += (s, node[1], e)
         elif kind == "cat":
             children = node[1]
             last = len(children) - 1
             if last < 0:
-                self.eps.append((s, e))
+                self.eps += (s, e)
                 return
             first = self.reserve(last) - 1  # state i of the chain is first + i, 0 < i <= last
             edges = self.edges
@@ -197,7 +202,7 @@ class NFA:
                 nxt = e if i == last else first + i + 1
                 if child[0] == "b":  # the common case (literals), without a call
                     if child[1]:
-                        edges.append((cur, child[1], nxt))
+                        edges += (cur, child[1], nxt)
                 else:
                     self.build(child, cur, nxt)
                 cur = nxt
@@ -215,25 +220,26 @@ class NFA:
             eps = self.eps
             if hi is None:
                 a = self.reserve(2)
-                eps.append((cur, a))
-                self.build(child, a, a + 1)
-                eps.append((a + 1, a))
-                eps.append((a + 1, e))
-                eps.append((cur, e))
+                if child[0] == "b":  # the common case (whitespace), without a call
+                    if child[1]:
+                        self.edges += (a, child[1], a + 1)
+                else:
+                    self.build(child, a, a + 1)
+                eps += (cur, a, a + 1, a, a + 1, e, cur, e)
             else:
                 for _ in range(hi - lo):
                     nxt = self.reserve(2)
-                    eps.append((cur, nxt + 1))
+                    eps += (cur, nxt + 1)
                     self.build(child, nxt + 1, nxt)
-                    eps.append((cur, e))
+                    eps += (cur, e)
                     cur = nxt
-                eps.append((cur, e))
+                eps += (cur, e)
         elif kind == "members" and node[5]:
             self._members_any_order(node, s, e)
         elif kind == "members":
             self._members(node, s, e)
         elif kind == "nt":
-            self.nts.append((s, node[1], e))
+            self.nts += (s, node[1], e)
         elif kind == "dfa":
             node[1].embed(self, s, e)
         elif kind == "frag":
@@ -256,13 +262,15 @@ class NFA:
             nxt = [self.new() for _ in range(top + 1)]
             self._member_steps(item, sep, track, nxt, after)
             if not required:
-                self.eps.extend(zip(track, nxt))
+                for pair in zip(track, nxt):
+                    self.eps += pair
             track = nxt
-        if extra is not None:
-            self._member_steps(extra, sep, track, track, after)
+        if extra is not None:  # extras' keys may repeat: toward lo only the first counts
+            first = lambda c: after(c) if c + 1 >= lo else None  # noqa: E731
+            self._member_steps(extra, sep, track, track, first)
         for c, p in enumerate(track):
             if c >= lo:
-                self.eps.append((p, e))
+                self.eps += (p, e)
 
     def _members_any_order(self, node, s: int, e: int) -> None:
         """The items in any order, each at most once (the required ones all present, lo..hi
@@ -287,7 +295,7 @@ class NFA:
                     if written:
                         self.build(sep, p, mid)
                     else:
-                        self.eps.append((p, mid))
+                        self.eps += (p, mid)
         if extra is not None:
             for used, places in sources.items():
                 mid = self.new()
@@ -296,14 +304,14 @@ class NFA:
                     if written:
                         self.build(sep, p, mid)
                     else:
-                        self.eps.append((p, mid))
+                        self.eps += (p, mid)
         needed = sum(1 << i for i, (_, required) in enumerate(items) if required)
         lo, hi = node[4]  # member counts (only without extras: those are not counted)
         for used, places in sources.items():
             written = used.bit_count()
             if used & needed == needed and lo <= written and (hi is None or written <= hi):
                 for p, _ in places:
-                    self.eps.append((p, e))
+                    self.eps += (p, e)
 
     def _member_steps(self, item, sep, track: list, nxt: list, after) -> None:
         """One member from each track to the next count's track; the tracks that lead to one
@@ -318,7 +326,7 @@ class NFA:
                 mid = mids[target] = self.new()
                 self.build(item, mid, nxt[target])
             if c == 0:
-                self.eps.append((p, mid))
+                self.eps += (p, mid)
             else:
                 self.build(sep, p, mid)
 
@@ -339,7 +347,7 @@ class NFA:
             if self._eps_of is None:
                 self._expand_copies()
                 lists: list[list[int]] = [[] for _ in range(self.size)]
-                for a, b in self.eps:
+                for a, b in zip(self.eps[::2], self.eps[1::2]):
                     lists[a].append(b)
                 self._eps_of = lists
             seen = {s}
@@ -411,7 +419,7 @@ class EagerDFA:
         nfa = NFA()
         s, e = nfa.new(), nfa.new()
         nfa.build(node, s, e)
-        if any(nfa.nts):
+        if nfa.nts:
             raise GrammarError("rule references cannot be combined with intersections")
         dfa = cls()
         states = StateIndex(dfa, limit, "constraint too large to determinise")

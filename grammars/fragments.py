@@ -14,7 +14,8 @@ from __future__ import annotations
 
 class Fragment:
     """What the first build of a fragment added: its states and, for each list of the NFA
-    (eps, edges, nts, copies, uses), the slice that build appended."""
+    (eps, edges, nts, copies, uses), the slice of moves (entries for copies and uses) that
+    build appended."""
 
     __slots__ = ("first", "size", "s", "e", "eps", "edges", "nts", "copies", "uses")
 
@@ -34,9 +35,9 @@ class Fragment:
 def _marks(nfa) -> tuple:
     return (
         nfa.size,
-        len(nfa.eps),
-        len(nfa.edges),
-        len(nfa.nts),
+        len(nfa.eps) // 2,
+        len(nfa.edges) // 3,
+        len(nfa.nts) // 3,
         len(nfa.copies),
         len(nfa.frag_uses),
     )
@@ -64,9 +65,13 @@ def build_fragment(nfa, wrapper: tuple, s: int, e: int) -> None:
 
 def expand_uses(nfa) -> None:
     """The moves of every fragment use as tuples in the NFA's lists (for its per-state views)."""
+    eps, edges, nts = nfa.eps, nfa.edges, nfa.nts
     for frag, base, s, e in nfa.frag_uses:
         m = frag.mapper(base, s, e)
-        nfa.eps.extend([(m(a), m(b)) for a, b in nfa.eps[frag.eps]])
-        nfa.edges.extend([(m(a), mask, m(b)) for a, mask, b in nfa.edges[frag.edges]])
-        nfa.nts.extend([(m(a), rule, m(b)) for a, rule, b in nfa.nts[frag.nts]])
+        for i in range(frag.eps.start, frag.eps.stop):
+            eps += (m(eps[2 * i]), m(eps[2 * i + 1]))
+        for i in range(frag.edges.start, frag.edges.stop):
+            edges += (m(edges[3 * i]), edges[3 * i + 1], m(edges[3 * i + 2]))
+        for i in range(frag.nts.start, frag.nts.stop):
+            nts += (m(nts[3 * i]), nts[3 * i + 1], m(nts[3 * i + 2]))
     nfa.frag_uses = []

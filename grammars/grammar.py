@@ -57,29 +57,19 @@ class Machine:
             nfa.build(rules[name], s, e)
             starts.append(s)
             finals.append(e)
-        for _, name, _ in nfa.nts:
+        for name in nfa.nts[1::3]:
             if name not in self.rule_index:
                 raise GrammarError(f"reference to undefined rule {name!r}")
         self.names = names
         self.root = self.rule_index[root]
         graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
         del nfa  # the arrays hold everything from here on
-        graph = nfa_passes.prune(graph, self.root, starts, finals)
-        self.has_pushes = bool(len(graph.nt_tgt))
-        if self.has_pushes:
-            lists = nfa_passes.Lists(graph)
-            nfa_passes.check_left_recursion(graph, names, starts, finals, lists)
-            first = nfa_passes.first_bytes(graph, starts, finals, lists)
-        else:  # no rule is ever pushed: what may start one is never asked
-            first = np.zeros((len(starts), 256), np.bool_)
-        self.arrays = lazydfa_arrays.freeze_nfa(graph, finals, first)
-        self.dfa = lazydfa_arrays.empty_dfa()
+        self.arrays = nfa_passes.frozen(graph, names, self.root, starts, finals)
+        self.has_pushes = bool(len(self.arrays.nt_tgt))
+        self.dfa, self.rule_start = lazydfa_arrays.started_dfa(self.arrays, starts)
         self._rows: dict[int, array] = {}
         self._live: dict[int, array] = {}
         self._pushes: dict[int, tuple] = {}
-        rule_start = np.zeros(len(starts), np.int64)
-        self._run(lazydfa.intern_starts, np.array(starts, np.int64), rule_start)
-        self.rule_start = rule_start.tolist()
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
     def _run(self, kernel, *args):
@@ -349,11 +339,11 @@ class CompiledGrammar:
         meta = np.zeros(2, np.int64)
         states = np.empty(vocab.max_len + 1, np.int64)
         states[0] = ss
-        table = self._step_table
         while len(rows):  # compiled walks through the steps made so far; Python makes the rest
+            keys, vals = self._step_table.arrays()
             n = step_table.check_rows(
-                rows, lazydfa.shared_prefixes(trie.lcp, rows), trie.data, trie.ptr, table.keys,
-                table.vals, states, found_rows, pending, missing, meta,
+                rows, lazydfa.shared_prefixes(trie.lcp, rows), trie.data, trie.ptr, keys, vals,
+                states, found_rows, pending, missing, meta,
             )  # fmt: skip
             for cur, b in missing[: meta[1]].tolist():
                 self.step(cur, b)

@@ -1,5 +1,6 @@
-"""The arrays of the lazy DFA on the Python side: the NFA frozen into them, an empty DFA, and
-copies grown when a kernel of lazydfa.py returns NEED_SPACE."""
+"""The arrays of the lazy DFA on the Python side: the NFA laid out as arrays (which
+nfa_passes.frozen turns into the kernels' NFAArrays), a new DFA holding the rules' start
+states, and copies grown when a kernel of lazydfa.py returns NEED_SPACE."""
 
 from __future__ import annotations
 
@@ -10,7 +11,18 @@ import numpy as np
 from grammars import nfa_layout
 from grammars.array_dfa import mask_bytes, packed_masks
 from grammars.budget import checkpoint
-from grammars.lazydfa import _MEM, _PUSHES, _STATES, _WANT, DFAArrays, NFAArrays, rehash
+from grammars.lazydfa import (
+    _MEM,
+    _PUSHES,
+    _STATES,
+    _WANT,
+    NEED_SPACE,
+    DFAArrays,
+    NFAArrays,
+    intern_starts,
+    njit,
+    rehash,
+)
 
 NFAGraph = namedtuple(
     "NFAGraph", "eps_ptr eps_idx e_ptr e_byte e_mask e_tgt masks nt_ptr nt_rule nt_tgt"
@@ -22,16 +34,17 @@ byte, or -1 and a row of `masks`) and rule references (rule number, state to ret
 def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
     """A grammars.automaton.NFA as arrays (its fragment uses and embedded DFAs laid out by
     nfa_layout.layout)."""
-    a, b = zip(*nfa.eps) if nfa.eps else ((), ())
-    eps = np.array((a, b), np.int64).reshape(2, -1)
-    a, masks, b = zip(*nfa.edges) if nfa.edges else ((), (), ())
+    eps = np.fromiter(nfa.eps, np.int64, len(nfa.eps)).reshape(-1, 2)
+    flat = nfa.edges[:]
+    masks = flat[1::3]
     index = dict.fromkeys(masks)  # the distinct masks in order of first use, numbered
     for i, m in enumerate(index):
         index[m] = i
-    ids = list(map(index.__getitem__, masks))
-    edges = np.array((a, ids, b), np.int64).reshape(3, -1)
-    a, names, b = zip(*nfa.nts) if nfa.nts else ((), (), ())
-    nts = np.array((a, [rule_index[r] for r in names], b), np.int64).reshape(3, -1)
+    flat[1::3] = map(index.__getitem__, masks)
+    edges = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 3)
+    flat = nfa.nts[:]
+    flat[1::3] = map(rule_index.__getitem__, flat[1::3])
+    nts = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 3)
     uses = np.array(
         [
             (f.eps.start, f.eps.stop, f.edges.start, f.edges.stop, f.nts.start, f.nts.stop)
@@ -60,25 +73,21 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
         ),
         np.int64,
     )
-    eps_ptr, eps_idx, e_ptr, e_cols, nt_ptr, nt_cols = nfa_layout.layout(
-        nfa.size,
-        eps,
-        edges,
-        nts,
-        uses,
-        np.array(copies, np.int64).reshape(-1, nfa_layout.COPY_COLUMNS),
-        pools,
-        np.concatenate(tables, axis=1) if tables else np.zeros((3, 0), np.int64),
-        len(index),
-        np.concatenate(accepting) if accepting else np.zeros(0, np.int64),
-        np.array([dfa.start for dfa in dfas], np.int64),
-    )
-    checkpoint()
-    e_byte, e_mask, masks = nfa_layout.mask_columns(
-        np.concatenate([packed_masks(list(index)), *blocks]), e_cols[0]
-    )
     return NFAGraph(
-        eps_ptr, eps_idx, e_ptr, e_byte, e_mask, e_cols[1], masks, nt_ptr, nt_cols[0], nt_cols[1]
+        *nfa_layout.laid_out(
+            nfa.size,
+            eps,
+            edges,
+            nts,
+            uses,
+            np.array(copies, np.int64).reshape(-1, nfa_layout.COPY_COLUMNS),
+            pools,
+            np.concatenate(tables, axis=1) if tables else np.zeros((3, 0), np.int64),
+            len(index),
+            np.concatenate(accepting) if accepting else np.zeros(0, np.int64),
+            np.array([dfa.start for dfa in dfas], np.int64),
+            np.concatenate([packed_masks(list(index)), *blocks]),
+        )
     )
 
 
@@ -90,56 +99,41 @@ def _offsets(sizes: list[int]) -> list[int]:
     return out
 
 
-def freeze_nfa(graph: NFAGraph, finals, first: np.ndarray) -> NFAArrays:
-    """The arrays the lazy DFA's kernels read; `first[r]` = the bytes that can start rule r."""
-    g = graph
-    n = len(g.eps_ptr) - 1
-    final = np.zeros(n, np.bool_)
-    final[list(finals)] = True
-    important = final.copy()
-    important[np.diff(g.e_ptr) > 0] = True
-    important[np.diff(g.nt_ptr) > 0] = True
-    return NFAArrays(
-        g.eps_ptr,
-        g.eps_idx,
-        important,
-        final,
-        g.e_ptr,
-        g.e_byte,
-        g.e_mask,
-        g.e_tgt,
-        g.masks,
-        g.nt_ptr,
-        g.nt_rule,
-        g.nt_tgt,
-        first,
-        np.zeros(n + 1, np.int64),
-        np.empty(max(n, 1), np.int64),
-        np.empty(max(n, 1), np.int64),
-        np.empty((max(len(g.nt_tgt), 1), 2), np.int64),
-    )
-
-
-def empty_dfa(capacity: int = 32) -> DFAArrays:
+@njit(cache=True, nogil=True)
+def _started(nfa, starts, out, capacity):
+    """A DFA with room for `capacity` states holding the dead state (0: no members, every
+    byte leads back to it) and then intern_starts' states; (intern_starts' code, the DFA)."""
     dfa = DFAArrays(
-        table=np.zeros((capacity, 256), np.int32),
-        viable=np.zeros((capacity, 256), np.bool_),
-        accept=np.zeros(capacity, np.bool_),
-        done=np.zeros(capacity, np.bool_),
-        m_ptr=np.zeros(capacity + 1, np.int64),
-        mem=np.zeros(capacity * 4, np.int64),
-        hkey=np.full(capacity * 4, -1, np.int64),
-        hcode=np.zeros(capacity * 4, np.int64),
-        push_start=np.zeros(capacity, np.int64),
-        push_count=np.full(capacity, -1, np.int64),
-        push_rule=np.zeros(capacity, np.int64),
-        push_ret=np.zeros(capacity, np.int64),
-        meta=np.zeros(5, np.int64),
+        np.zeros((capacity, 256), np.int32),  # table
+        np.zeros((capacity, 256), np.bool_),  # viable
+        np.zeros(capacity, np.bool_),  # accept
+        np.zeros(capacity, np.bool_),  # done
+        np.zeros(capacity + 1, np.int64),  # m_ptr
+        np.zeros(capacity * 4, np.int64),  # mem
+        np.full(capacity * 4, -1, np.int64),  # hkey
+        np.zeros(capacity * 4, np.int64),  # hcode
+        np.zeros(capacity, np.int64),  # push_start
+        np.full(capacity, -1, np.int64),  # push_count
+        np.zeros(capacity, np.int64),  # push_rule
+        np.zeros(capacity, np.int64),  # push_ret
+        np.zeros(5, np.int64),  # meta
     )
-    dfa.done[0] = True  # state 0 is the dead state: no members, all bytes lead back to it
+    dfa.done[0] = True
     dfa.push_count[0] = 0
     dfa.meta[_STATES] = 1
-    return dfa
+    return intern_starts(nfa, dfa, starts, out), dfa
+
+
+def started_dfa(nfa: NFAArrays, starts: list[int]) -> tuple[DFAArrays, list[int]]:
+    """A new DFA holding the state of each NFA state of `starts` (with its eps closure), and
+    those states, in one compiled call unless the arrays must grow."""
+    out = np.zeros(len(starts), np.int64)
+    seeds = np.array(starts, np.int64)
+    code, dfa = _started(nfa, seeds, out, 32)
+    while code == NEED_SPACE:
+        dfa = grown(dfa)
+        code = intern_starts(nfa, dfa, seeds, out)
+    return dfa, out.tolist()
 
 
 def has_room(dfa: DFAArrays, states: int) -> bool:

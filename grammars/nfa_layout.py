@@ -38,14 +38,16 @@ def _by_source(n, src, cols):
     fill = ptr[:-1].copy()
     out = np.empty_like(cols)
     for i in range(src.shape[0]):
-        out[:, fill[src[i]]] = cols[:, i]
-        fill[src[i]] += 1
+        at = fill[src[i]]
+        for c in range(cols.shape[0]):
+            out[c, at] = cols[c, i]
+        fill[src[i]] = at + 1
     return ptr, out
 
 
 @njit(cache=True, nogil=True)
 def layout(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts):
-    """eps (2, k): from, to; edges (3, k): from, mask id, to; nts (3, k): from, rule, return
+    """eps (k, 2): from, to; edges (k, 3): from, mask id, to; nts (k, 3): from, rule, return
     state; uses (k, USE_COLUMNS); copies (k, COPY_COLUMNS); the DFA pools: DFA d's moves are
     moves[:, pools[0, d]:pools[0, d + 1]] (from, the DFA's own mask id, to), its own mask ids
     i are the NFA's own_masks + pools[1, d] + i (the NFA's own masks first, then each
@@ -53,7 +55,7 @@ def layout(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, start
     acc[pools[2, d]:pools[2, d + 1]] and its start starts[d]. Returns the CSR arrays (eps_ptr,
     eps_to, e_ptr, e_cols (mask id, to), nt_ptr, nt_cols (rule, return state))."""
     move_ptr, map_ptr, acc_ptr = pools[0], pools[1], pools[2]
-    n_eps, n_e, n_nt = eps.shape[1], edges.shape[1], nts.shape[1]
+    n_eps, n_e, n_nt = eps.shape[0], edges.shape[0], nts.shape[0]
     for u in uses:
         n_eps += u[1] - u[0]
         n_e += u[3] - u[2]
@@ -65,24 +67,24 @@ def layout(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, start
     all_eps = np.empty((2, n_eps), np.int64)
     all_e = np.empty((3, n_e), np.int64)
     all_nt = np.empty((3, n_nt), np.int64)
-    all_eps[:, : eps.shape[1]] = eps
-    all_e[:, : edges.shape[1]] = edges
-    all_nt[:, : nts.shape[1]] = nts
-    i, j, k = eps.shape[1], edges.shape[1], nts.shape[1]
+    all_eps[:, : eps.shape[0]] = eps.T
+    all_e[:, : edges.shape[0]] = edges.T
+    all_nt[:, : nts.shape[0]] = nts.T
+    i, j, k = eps.shape[0], edges.shape[0], nts.shape[0]
     for u in uses:
         for m in range(u[0], u[1]):
-            all_eps[0, i] = _mapped(eps[0, m], u)
-            all_eps[1, i] = _mapped(eps[1, m], u)
+            all_eps[0, i] = _mapped(eps[m, 0], u)
+            all_eps[1, i] = _mapped(eps[m, 1], u)
             i += 1
         for m in range(u[2], u[3]):
-            all_e[0, j] = _mapped(edges[0, m], u)
-            all_e[1, j] = edges[1, m]
-            all_e[2, j] = _mapped(edges[2, m], u)
+            all_e[0, j] = _mapped(edges[m, 0], u)
+            all_e[1, j] = edges[m, 1]
+            all_e[2, j] = _mapped(edges[m, 2], u)
             j += 1
         for m in range(u[4], u[5]):
-            all_nt[0, k] = _mapped(nts[0, m], u)
-            all_nt[1, k] = nts[1, m]
-            all_nt[2, k] = _mapped(nts[2, m], u)
+            all_nt[0, k] = _mapped(nts[m, 0], u)
+            all_nt[1, k] = nts[m, 1]
+            all_nt[2, k] = _mapped(nts[m, 2], u)
             k += 1
     for c in copies:
         d, base = c[0], c[1]
@@ -105,6 +107,17 @@ def layout(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, start
 
 
 @njit(cache=True, nogil=True)
+def laid_out(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts, mask_bytes):
+    """layout's moves, then mask_columns' per-edge columns for `mask_bytes` (the NFA's own
+    masks, then each DFA's, as packed rows): NFAGraph's fields in order."""
+    eps_ptr, eps_to, e_ptr, e_cols, nt_ptr, nt_cols = layout(
+        n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts
+    )
+    e_byte, e_mask, rows = mask_columns(mask_bytes, e_cols[0])
+    return eps_ptr, eps_to, e_ptr, e_byte, e_mask, e_cols[1], rows, nt_ptr, nt_cols[0], nt_cols[1]
+
+
+@njit(cache=True, nogil=True)
 def mask_columns(mask_bytes, edge_ids):
     """The distinct byte masks (k, 32) little-endian, and each edge's mask id: per edge its
     byte (-1 where the mask holds several) and its row of `rows` (-1 where it holds one), and
@@ -117,10 +130,11 @@ def mask_columns(mask_bytes, edge_ids):
         bits, last = 0, -1
         for i in range(32):
             v = mask_bytes[m, i]
-            while v:
-                bits += 1
-                last = 8 * i + _low_bit(v)
-                v &= v - 1
+            if v:
+                if bits or v & (v - 1):  # a second byte: no need to count further
+                    bits = 2
+                    break
+                bits, last = 1, 8 * i + _low_bit(v)
         if bits == 1:
             byte_of[m] = last
         else:
@@ -130,8 +144,11 @@ def mask_columns(mask_bytes, edge_ids):
     for m in range(k):
         r = row_of[m]
         if r >= 0:
-            for b in range(256):
-                rows[r, b] = (mask_bytes[m, b >> 3] >> (b & 7)) & 1
+            for i in range(32):
+                v = mask_bytes[m, i]
+                if v:
+                    for bit in range(8):
+                        rows[r, 8 * i + bit] = (v >> bit) & 1
     e_byte = np.empty(edge_ids.shape[0], np.int64)
     e_mask = np.empty(edge_ids.shape[0], np.int64)
     for j in range(edge_ids.shape[0]):

@@ -1,6 +1,7 @@
 """Passes over the NFA of a whole grammar, in arrays (lazydfa_arrays.NFAGraph), before it is
-frozen for the lazy DFA (grammar.Machine): prune what cannot finish, refuse left recursion, and
-find the bytes that can start each rule.
+frozen for the lazy DFA (grammar.Machine), in one compiled call: prune what cannot finish,
+refuse left recursion, find the bytes that can start each rule, and lay out the arrays the lazy
+DFA's kernels read.
 
 `starts[r]` and `finals[r]` are the NFA states where rule r begins and ends; rule references
 are the graph's nt edges (source state, rule, target state).
@@ -12,7 +13,7 @@ import numpy as np
 
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
-from grammars.lazydfa import njit
+from grammars.lazydfa import NFAArrays, njit
 from grammars.lazydfa_arrays import NFAGraph
 
 
@@ -93,148 +94,252 @@ def _live_states(eps_ptr, eps_idx, e_ptr, e_tgt, nt_ptr, nt_rule, nt_tgt, starts
     return live, productive
 
 
-def _kept(ptr: np.ndarray, keep: np.ndarray, *columns: np.ndarray) -> tuple:
-    """The CSR rows of `ptr` with only the entries where `keep`: (ptr, *columns)."""
-    n = len(ptr) - 1
-    src = np.repeat(np.arange(n), np.diff(ptr))
+@njit(cache=True, nogil=True)
+def _kept(ptr, keep):
+    """The pointer of CSR rows `ptr` with only the entries where `keep`."""
+    n = ptr.shape[0] - 1
     out = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(src[keep], minlength=n), out=out[1:])
-    return (out, *(c[keep] for c in columns))
-
-
-def prune(graph: NFAGraph, root: int, starts, finals) -> NFAGraph:
-    """The graph without the states that cannot reach their rule's end and without references
-    to rules that cannot match anything (GrammarError when the root rule is one of them)."""
-    checkpoint()
-    g = graph
-    starts = np.asarray(starts, np.int64)
-    live, productive = _live_states(
-        g.eps_ptr,
-        g.eps_idx,
-        g.e_ptr,
-        g.e_tgt,
-        g.nt_ptr,
-        g.nt_rule,
-        g.nt_tgt,
-        starts,
-        np.asarray(finals, np.int64),
-    )
-    checkpoint()
-    if not productive[root]:
-        raise GrammarError("the constraint admits no value at all")
-    if live.all() and productive.all():
-        return graph  # nothing to drop (the common case)
-    n = len(live)
-
-    def sources(ptr):
-        return np.repeat(np.arange(n), np.diff(ptr))
-
-    eps = _kept(g.eps_ptr, live[sources(g.eps_ptr)] & live[g.eps_idx], g.eps_idx)
-    edges = _kept(g.e_ptr, live[sources(g.e_ptr)] & live[g.e_tgt], g.e_byte, g.e_mask, g.e_tgt)
-    nt_keep = live[sources(g.nt_ptr)] & live[g.nt_tgt] & productive[g.nt_rule]
-    nts = _kept(g.nt_ptr, nt_keep, g.nt_rule, g.nt_tgt)
-    return NFAGraph(*eps, *edges, g.masks, *nts)
-
-
-class Lists:
-    """A graph's arrays as Python lists, for the small walks below."""
-
-    def __init__(self, graph: NFAGraph):
-        self.eps_ptr = graph.eps_ptr.tolist()
-        self.eps_idx = graph.eps_idx.tolist()
-        self.nt_ptr = graph.nt_ptr.tolist()
-        self.nt_rule = graph.nt_rule.tolist()
-        self.nt_tgt = graph.nt_tgt.tolist()
-        self.e_ptr = graph.e_ptr.tolist()
-
-    def eps_reach(self, s: int, nullable: set[int] | None) -> set[int]:
-        """States reachable from s through empty moves and references to `nullable` rules."""
-        seen, todo = {s}, [s]
-        popped = 0
-        eps_ptr, eps_idx = self.eps_ptr, self.eps_idx
-        nt_ptr, nt_rule, nt_tgt = self.nt_ptr, self.nt_rule, self.nt_tgt
-        while todo:
-            popped += 1
-            if not popped & 4095:
-                checkpoint()
-            x = todo.pop()
-            nxt = eps_idx[eps_ptr[x] : eps_ptr[x + 1]]
-            if nullable:
-                nxt = nxt + [
-                    nt_tgt[j] for j in range(nt_ptr[x], nt_ptr[x + 1]) if nt_rule[j] in nullable
-                ]
-            for t in nxt:
-                if t not in seen:
-                    seen.add(t)
-                    todo.append(t)
-        return seen
-
-    def calls(self, states) -> set[int]:
-        nt_ptr, nt_rule = self.nt_ptr, self.nt_rule
-        return {nt_rule[j] for x in states for j in range(nt_ptr[x], nt_ptr[x + 1])}
-
-
-def check_left_recursion(graph: NFAGraph, names, starts, finals, lists=None) -> None:
-    """GrammarError naming a rule that can reach itself without reading a byte (`lists`: the
-    graph's Lists, when made already)."""
-    if not len(graph.nt_tgt):
-        return
-    lists = lists or Lists(graph)
-    nullable: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for r, s in enumerate(starts):
-            if r not in nullable and finals[r] in lists.eps_reach(s, nullable):
-                nullable.add(r)
-                changed = True
-    calls = {r: lists.calls(lists.eps_reach(s, nullable)) for r, s in enumerate(starts)}
-    for r in range(len(starts)):
-        checkpoint()
-        seen, todo = set(), list(calls[r])
-        while todo:
-            x = todo.pop()
-            if x == r:
-                raise GrammarError(f"left recursion in rule {names[r]!r}")
-            if x not in seen:
-                seen.add(x)
-                todo.extend(calls[x])
-
-
-def first_bytes(graph: NFAGraph, starts, finals, lists=None) -> np.ndarray:
-    """first[r, b]: byte b can start rule r (every byte when r can be empty, since then what
-    follows counts)."""
-    lists = lists or Lists(graph)
-    rows: dict[int, np.ndarray] = {}
-    out = np.zeros((len(starts), 256), bool)
-    for r in range(len(starts)):
-        out[r] = _first_of(r, rows, graph, lists, starts, finals)
+    for s in range(n):
+        c = 0
+        for j in range(ptr[s], ptr[s + 1]):
+            c += keep[j]
+        out[s + 1] = out[s] + c
     return out
 
 
-_EVERY_BYTE = np.ones(256, np.bool_)
+@njit(cache=True, nogil=True)
+def _pruned(g, live, productive):
+    """g's moves among live states, and references to productive rules only."""
+    eps_ptr, eps_idx, e_ptr, e_byte, e_mask, e_tgt, masks, nt_ptr, nt_rule, nt_tgt = g
+    n = live.shape[0]
+    keep_eps = np.zeros(eps_idx.shape[0], np.bool_)
+    keep_e = np.zeros(e_tgt.shape[0], np.bool_)
+    keep_nt = np.zeros(nt_tgt.shape[0], np.bool_)
+    for s in range(n):
+        if live[s]:
+            for j in range(eps_ptr[s], eps_ptr[s + 1]):
+                keep_eps[j] = live[eps_idx[j]]
+            for j in range(e_ptr[s], e_ptr[s + 1]):
+                keep_e[j] = live[e_tgt[j]]
+            for j in range(nt_ptr[s], nt_ptr[s + 1]):
+                keep_nt[j] = live[nt_tgt[j]] and productive[nt_rule[j]]
+    return (
+        _kept(eps_ptr, keep_eps),
+        eps_idx[keep_eps],
+        _kept(e_ptr, keep_e),
+        e_byte[keep_e],
+        e_mask[keep_e],
+        e_tgt[keep_e],
+        masks,
+        _kept(nt_ptr, keep_nt),
+        nt_rule[keep_nt],
+        nt_tgt[keep_nt],
+    )
 
 
-def _first_of(r: int, rows: dict, graph: NFAGraph, lists: Lists, starts, finals) -> np.ndarray:
-    """first_bytes' row of rule r (a function of the module rather than a closure: a closure
-    that calls itself is a cycle, which would keep `lists` until the cyclic collector runs)."""
-    if r in rows:
-        return rows[r]
+@njit(cache=True, nogil=True)
+def _reach(s, g, nullable, mark, stamp, stack, out):
+    """States reachable from s through empty moves and references to `nullable` rules, into
+    out; their count (mark[x] == stamp for each)."""
+    eps_ptr, eps_idx, nt_ptr, nt_rule, nt_tgt = g[0], g[1], g[7], g[8], g[9]
+    mark[s] = stamp
+    stack[0] = s
+    top, k = 1, 0
+    while top:
+        top -= 1
+        x = stack[top]
+        out[k] = x
+        k += 1
+        for j in range(eps_ptr[x], eps_ptr[x + 1]):
+            y = eps_idx[j]
+            if mark[y] != stamp:
+                mark[y] = stamp
+                stack[top] = y
+                top += 1
+        for j in range(nt_ptr[x], nt_ptr[x + 1]):
+            y = nt_tgt[j]
+            if nullable[nt_rule[j]] and mark[y] != stamp:
+                mark[y] = stamp
+                stack[top] = y
+                top += 1
+    return k
+
+
+@njit(cache=True, nogil=True)
+def _calls(g, starts, nullable, mark, stack, buf):
+    """The rules each rule references before reading a byte (through `nullable` rules), as
+    CSR rows (ptr, rules), each rule listed once per row."""
+    nt_ptr, nt_rule = g[7], g[8]
+    n_rules = starts.shape[0]
+    ptr = np.zeros(n_rules + 1, np.int64)
+    out = np.empty(nt_rule.shape[0] + n_rules, np.int64)
+    seen = np.full(n_rules, -1, np.int64)
+    for r in range(n_rules):
+        mark[-1] += 1
+        k = _reach(starts[r], g, nullable, mark, mark[-1], stack, buf)
+        top = ptr[r]
+        for i in range(k):
+            x = buf[i]
+            for j in range(nt_ptr[x], nt_ptr[x + 1]):
+                q = nt_rule[j]
+                if seen[q] != r:
+                    seen[q] = r
+                    if top == out.shape[0]:
+                        grown = np.empty(2 * top, np.int64)
+                        grown[:top] = out
+                        out = grown
+                    out[top] = q
+                    top += 1
+        ptr[r + 1] = top
+    return ptr, out
+
+
+@njit(cache=True, nogil=True)
+def _left_recursive(g, starts, finals, mark, stack, buf):
+    """The first rule that can reach itself without reading a byte, or -1."""
+    n_rules = starts.shape[0]
+    nullable = np.zeros(n_rules, np.bool_)
+    changed = True
+    while changed:
+        changed = False
+        for r in range(n_rules):
+            if not nullable[r]:
+                mark[-1] += 1
+                _reach(starts[r], g, nullable, mark, mark[-1], stack, buf)
+                if mark[finals[r]] == mark[-1]:
+                    nullable[r] = True
+                    changed = True
+    ptr, calls = _calls(g, starts, nullable, mark, stack, buf)
+    seen = np.full(n_rules, -1, np.int64)
+    todo = np.empty(2 * ptr[n_rules] + 1, np.int64)
+    for r in range(n_rules):
+        top = 0
+        for j in range(ptr[r], ptr[r + 1]):
+            todo[top] = calls[j]
+            top += 1
+        while top:
+            top -= 1
+            x = todo[top]
+            if x == r:
+                return r
+            if seen[x] != r:
+                seen[x] = r
+                for j in range(ptr[x], ptr[x + 1]):
+                    todo[top] = calls[j]
+                    top += 1
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _first_bytes(g, starts, finals, mark, stack, buf):
+    """first[r, b]: byte b can start rule r (every byte when r can be empty, since then what
+    follows counts); rule references before a byte form no cycle (no left recursion)."""
+    e_ptr, e_byte, e_mask, masks = g[2], g[3], g[4], g[6]
+    n_rules = starts.shape[0]
+    no_rules = np.zeros(n_rules, np.bool_)
+    first = np.zeros((n_rules, 256), np.bool_)
+    ptr, calls = _calls(g, starts, no_rules, mark, stack, buf)
+    every = np.zeros(n_rules, np.bool_)
+    for r in range(n_rules):
+        mark[-1] += 1
+        k = _reach(starts[r], g, no_rules, mark, mark[-1], stack, buf)
+        if mark[finals[r]] == mark[-1]:
+            every[r] = True
+            continue
+        for i in range(k):
+            x = buf[i]
+            for j in range(e_ptr[x], e_ptr[x + 1]):
+                if e_byte[j] >= 0:
+                    first[r, e_byte[j]] = True
+                else:
+                    first[r] |= masks[e_mask[j]]
+    # callees before callers (depth first; 1: in progress, 2: done)
+    state = np.zeros(n_rules, np.int64)
+    todo = np.empty(n_rules, np.int64)
+    for r in range(n_rules):
+        if state[r]:
+            continue
+        todo[0] = r
+        top = 1
+        state[r] = 1
+        while top:
+            x = todo[top - 1]
+            waiting = False
+            for j in range(ptr[x], ptr[x + 1]):
+                if state[calls[j]] == 0:
+                    state[calls[j]] = 1
+                    todo[top] = calls[j]
+                    top += 1
+                    waiting = True
+                    break
+            if waiting:
+                continue
+            top -= 1
+            state[x] = 2
+            for j in range(ptr[x], ptr[x + 1]):
+                every[x] |= state[calls[j]] == 1 or every[calls[j]]
+                first[x] |= first[calls[j]]
+            if every[x]:
+                first[x, :] = True
+    return first
+
+
+@njit(cache=True, nogil=True)
+def _passes(g, root, starts, finals, mark, stack, buf):
+    """(outcome, pruned graph, first bytes): outcome -2 when the grammar is usable, -1 when
+    the root rule matches nothing, r >= 0 when rule r is left recursive."""
+    live, productive = _live_states(g[0], g[1], g[2], g[5], g[7], g[8], g[9], starts, finals)
+    first = np.zeros((starts.shape[0], 256), np.bool_)
+    if not productive[root]:
+        return -1, g, first
+    if not (live.all() and productive.all()):
+        g = _pruned(g, live, productive)
+    if not g[9].shape[0]:  # no rule is ever pushed: what may start one is never asked
+        return -2, g, first
+    bad = _left_recursive(g, starts, finals, mark, stack, buf)
+    if bad >= 0:
+        return bad, g, first
+    return -2, g, _first_bytes(g, starts, finals, mark, stack, buf)
+
+
+@njit(cache=True, nogil=True)
+def _frozen(g, root, starts, finals):
+    """_passes' outcome and NFAArrays' fields: the pruned graph, which states are final and
+    which are important (a byte move, a reference or a rule end), the first bytes, and the
+    kernels' scratch arrays."""
+    n = g[0].shape[0] - 1
+    mark = np.zeros(n + 1, np.int64)  # the last slot holds the current stamp
+    stack = np.empty(max(n, 1), np.int64)
+    buf = np.empty(max(n, 1), np.int64)
+    outcome, g, first = _passes(g, root, starts, finals, mark, stack, buf)
+    eps_ptr, eps_idx, e_ptr, e_byte, e_mask, e_tgt, masks, nt_ptr, nt_rule, nt_tgt = g
+    final = np.zeros(n, np.bool_)
+    final[finals] = True
+    important = final.copy()
+    for s in range(n):
+        if e_ptr[s + 1] > e_ptr[s] or nt_ptr[s + 1] > nt_ptr[s]:
+            important[s] = True
+    mark[:] = 0
+    pairs = np.empty((max(nt_tgt.shape[0], 1), 2), np.int64)
+    return outcome, (
+        eps_ptr, eps_idx, important, final, e_ptr, e_byte, e_mask, e_tgt, masks, nt_ptr,
+        nt_rule, nt_tgt, first, mark, stack, buf, pairs,
+    )  # fmt: skip
+
+
+def frozen(graph: NFAGraph, names, root: int, starts, finals) -> NFAArrays:
+    """The arrays the lazy DFA's kernels read: the graph without the states that cannot reach
+    their rule's end and without references to rules that cannot match anything, with
+    first[r, b]: byte b can start rule r (all False when no rule is referenced). GrammarError
+    when the root rule matches nothing, or when a rule can reach itself without reading a byte
+    (left recursion)."""
     checkpoint()
-    rows[r] = _EVERY_BYTE  # conservative while computing (recursion)
-    members = lists.eps_reach(starts[r], None)
-    if finals[r] in members:
-        return _EVERY_BYTE
-    e_ptr = lists.e_ptr
-    edges = np.array([j for n in members for j in range(e_ptr[n], e_ptr[n + 1])], np.int64)
-    row = np.zeros(256, np.bool_)
-    single = graph.e_byte[edges]
-    row[single[single >= 0]] = True
-    multi = graph.e_mask[edges]
-    multi = multi[multi >= 0]
-    if len(multi):
-        row |= graph.masks[multi].any(axis=0)
-    for q in lists.calls(members):
-        row |= _first_of(q, rows, graph, lists, starts, finals)
-    rows[r] = row
-    return row
+    outcome, arrays = _frozen(
+        tuple(graph), root, np.asarray(starts, np.int64), np.asarray(finals, np.int64)
+    )
+    checkpoint()
+    if outcome == -1:
+        raise GrammarError("the constraint admits no value at all")
+    if outcome >= 0:
+        raise GrammarError(f"left recursion in rule {names[outcome]!r}")
+    return NFAArrays(*arrays)

@@ -1,6 +1,6 @@
 """The memoised steps of a grammar's pushdown automaton (stack set, byte -> stack set) mirrored
 in arrays, so that compiled code can walk many tokens through them: an open-addressing hash
-table written from Python as steps are made, and the kernel that checks a mask's candidate
+table filled from the steps Python has made, and the kernel that checks a mask's candidate
 tokens in trie order (CompiledGrammar._check_candidates), returning to Python for each step
 not made yet."""
 
@@ -25,7 +25,7 @@ def _slot(keys, key):
 @njit(cache=True, nogil=True)
 def _put(keys, vals, key, val):
     h = _slot(keys, key)
-    vals[h] = val  # the value first: a reader in another thread never sees a key without it
+    vals[h] = val
     keys[h] = key
 
 
@@ -36,22 +36,37 @@ def _put_all(keys, vals, src_keys, src_vals):
 
 
 class StepTable:
-    """key (stack set << 8 | byte) -> next stack set, kept at most half full."""
+    """key (stack set << 8 | byte) -> next stack set, kept at most half full. Steps are put in
+    a Python list first and moved into the arrays, all at once, when the arrays are asked for
+    (one compiled call for many steps rather than one each)."""
 
     def __init__(self, capacity: int = 1024):
         self.keys = np.full(capacity, _EMPTY, np.int64)
         self.vals = np.zeros(capacity, np.int64)
         self.size = 0
+        self._new: list[int] = []  # key, value, key, value, ...: not in the arrays yet
 
     def put(self, key: int, val: int) -> None:
-        if 2 * (self.size + 1) > len(self.keys):
-            used = self.keys != _EMPTY
-            keys = np.full(2 * len(self.keys), _EMPTY, np.int64)
-            vals = np.zeros(len(keys), np.int64)
-            _put_all(keys, vals, self.keys[used], self.vals[used])
-            self.keys, self.vals = keys, vals  # (a kernel running meanwhile keeps the old ones)
-        _put(self.keys, self.vals, key, val)
-        self.size += 1
+        self._new += (key, val)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, vals) holding every step put so far."""
+        if self._new:
+            new = np.array(self._new, np.int64)
+            self._new = []
+            size = self.size + len(new) // 2
+            if 2 * size > len(self.keys):
+                capacity = 2 * len(self.keys)
+                while 2 * size > capacity:
+                    capacity *= 2
+                used = self.keys != _EMPTY
+                keys = np.full(capacity, _EMPTY, np.int64)
+                vals = np.zeros(capacity, np.int64)
+                _put_all(keys, vals, self.keys[used], self.vals[used])
+                self.keys, self.vals = keys, vals
+            _put_all(self.keys, self.vals, new[0::2], new[1::2])
+            self.size = size
+        return self.keys, self.vals
 
 
 @njit(cache=True, nogil=True)

@@ -273,6 +273,15 @@ class _ContainerNodes:
             lo = 0  # the required properties are enough
         if hi is not None and most is not None and hi >= most:
             hi = None
+        if extra is not None and lo >= 2:
+            # keys outside the named ones may repeat, and a repeated key is one property: only
+            # the named properties and one other member count toward lo (automaton._members)
+            if lo > len(items) + 1:
+                raise GrammarError(
+                    f"minProperties: {lo} distinct keys cannot be enforced where keys outside "
+                    f"the named properties may repeat ({path})"
+                )
+            self.inexact["counts"] += 1
         if (lo, hi) != (0, None):
             members = ("members", tuple(items), self.item_sep, extra, (lo, hi), False)
             if node_size(members, _MAX_COUNTED, True) > _MAX_COUNTED:

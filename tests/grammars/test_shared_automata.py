@@ -92,10 +92,12 @@ def test_laid_out_graph_holds_every_move_of_uses_and_copies():
     plain = built()
     plain._expand_copies()
     assert not plain.frag_uses and not plain.copies and plain.size == nfa.size
+    moves = [plain.eps[i::2] for i in range(2)], [plain.edges[i::3] for i in range(3)]
+    rule_moves = [plain.nts[i::3] for i in range(3)]
     for s in range(plain.size):
-        assert eps[s] == {b for a, b in plain.eps if a == s}
-        assert edges[s] == {(m, b) for a, m, b in plain.edges if a == s}
-        assert nts[s] == {(0, b) for a, _, b in plain.nts if a == s}
+        assert eps[s] == {b for a, b in zip(*moves[0]) if a == s}
+        assert edges[s] == {(m, b) for a, m, b in zip(*moves[1]) if a == s}
+        assert nts[s] == {(0, b) for a, _, b in zip(*rule_moves) if a == s}
 
 
 def test_small_nodes_are_not_wrapped():
