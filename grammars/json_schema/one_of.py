@@ -313,7 +313,7 @@ def exclusive_dfas(nodes, path: str, complete: bool) -> list | None:
     (Every string automaton refuses lone surrogate escapes, \\ud83d alone, alike, and reads an
     astral character both as itself and as its surrogate pair.)"""
     for n in nodes:
-        if _has_rules(n) or node_size(n, 2000, True) > 2000:
+        if _has_rules(n) or node_size(n, 6000, True) > 6000:
             raise GrammarError(f"oneOf: branches that may overlap are not supported ({path})")
     dfas = [EagerDFA.from_node(n) for n in nodes]
     meets = [

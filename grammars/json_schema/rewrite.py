@@ -11,7 +11,7 @@ from grammars.json_schema.constants import common_values
 from grammars.json_schema.core import _ASSERTIONS, _DEPENDENCY_KEYWORDS
 from grammars.json_schema.instances import pattern_search
 
-_MAX_DEPENDENCIES = 4  # each one doubles the object's alternatives
+_MAX_DEPENDENCIES = 6  # each one doubles the object's alternatives
 
 
 def _split_dependencies(schema: dict, path: str):

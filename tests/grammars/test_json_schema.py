@@ -349,8 +349,8 @@ def test_strict_mode_forbids_unnamed_properties(compiler, checker):
         ({"type": "string", "pattern": "(a)\\1"}, "pattern"),
         ({"$ref": "http://example.com/schema"}, "$ref"),
         ({"type": "wat"}, "type"),
-        (  # each dependency doubles the alternatives: at most four
-            {"type": "object", "dependencies": {k: ["z"] for k in "abcde"}},
+        (  # each dependency doubles the alternatives: at most six
+            {"type": "object", "dependencies": {k: ["z"] for k in "abcdefg"}},
             "dependencies",
         ),
     ],
@@ -616,3 +616,23 @@ def test_all_of_patterns_under_another_schemas_additional_properties_raise(compi
     }
     with pytest.raises(GrammarError, match="patternProperties"):
         compiler.compile_json_schema(schema)
+
+
+def test_six_dependencies_are_exact_and_seven_raise(compiler, checker):
+    from itertools import combinations
+
+    from grammars.json_schema.instances import matches
+
+    names = "abcdef"
+    deps = {n: [names[(i + 1) % 6]] for i, n in enumerate(names)}  # a needs b, ..., f needs a
+    schema = {"type": "object", "dependencies": deps, "additionalProperties": {"type": "integer"}}
+    grammar = compiler.compile_json_schema(schema, property_order="any")
+    for k in range(3):
+        for chosen in combinations(names, k):
+            doc = dict.fromkeys(chosen, 1)
+            expected = matches(doc, schema, lambda ref: None)
+            assert checker.accepts(grammar, doc, check_masks=False) == expected, doc
+    assert checker.accepts(grammar, dict.fromkeys(names, 1), check_masks=False)
+    deps["g"] = ["a"]
+    with pytest.raises(GrammarError, match="dependencies"):
+        compiler.compile_json_schema({"type": "object", "dependencies": deps})
