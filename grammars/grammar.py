@@ -39,6 +39,8 @@ _scratch = threading.local()  # buffers per thread for the tokens and candidates
 # _MIN_WALK_ROOM, at most _WALK_ROOM), so a small grammar's arrays stay small
 _MIN_WALK_ROOM, _WALK_ROOM = 24, 128
 _FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order
+_MASK_BLOCK = 32  # masks and walks carved from one allocation (few to free with the grammar)
+_NO_CANDIDATES = np.zeros(0, np.int64)
 
 
 class Machine:
@@ -161,7 +163,10 @@ class Machine:
             allowed,
             candidates,
         )
-        return vocab.pack(allowed).view(np.uint32), candidates[:n_cand].copy()
+        return (
+            vocab.pack(allowed).view(np.uint32),
+            candidates[:n_cand].copy() if n_cand else _NO_CANDIDATES,
+        )
 
 
 class CompiledGrammar:
@@ -182,6 +187,7 @@ class CompiledGrammar:
         self._step_table = step_table.StepTable()  # the same steps, for compiled walks
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
+        self._block = np.zeros((0, vocab.words), np.uint32)  # rows not handed out yet (_words)
         # state * vocabulary size + token id -> the state after it, for ordinary tokens read
         # once (int keys: no tuples to allocate, and nothing for the cyclic collector)
         self._token_steps: dict[int, int] = {}
@@ -307,7 +313,7 @@ class CompiledGrammar:
 
     def _compute_mask(self, ss: int) -> np.ndarray:
         vocab = self.vocab
-        words = np.zeros(vocab.words, np.uint32)  # bit t of word w: token 32w + t
+        words = self._words()  # bit t of word w: token 32w + t
         # every stack reachable without reading (pushed rules, popped frames) walks its own
         # frame; walks then only need to look for pushes and pops after the first byte
         for sid in self.closure(ss)[0]:
@@ -319,6 +325,15 @@ class CompiledGrammar:
         if self.is_complete(ss):
             _set_bits(words, vocab.eos_ids)
         return words.view("<i4")
+
+    def _words(self) -> np.ndarray:
+        """A zeroed row of the vocabulary's words, carved from a block of _MASK_BLOCK rows: the
+        masks and walks a grammar keeps are then few allocations, quick to free with it."""
+        if not len(self._block):
+            self._block = np.zeros((_MASK_BLOCK, self.vocab.words), np.uint32)
+        row = self._block[0]
+        self._block = self._block[1:]
+        return row
 
     def _check_candidates(self, ss: int, candidates: np.ndarray, words: np.ndarray) -> None:
         """Set in `words` the bits of the candidate tokens that a walk from `ss` reads to the
@@ -363,7 +378,9 @@ class CompiledGrammar:
         key = (g, None if follow is None else follow.tobytes())
         hit = self._walks.get(key)
         if hit is None:
-            hit = self.machine.walk(g, follow, self.vocab)
+            allowed, candidates = self.machine.walk(g, follow, self.vocab)
+            hit = (self._words(), candidates)
+            hit[0][:] = allowed
             size = hit[0].nbytes + hit[1].nbytes
             if self._walk_bytes + size > _WALK_CACHE_BYTES:
                 self._walks.clear()
