@@ -265,8 +265,9 @@ class NFA:
                 for pair in zip(track, nxt):
                     self.eps += pair
             track = nxt
-        if extra is not None:
-            self._member_steps(extra, sep, track, track, after)
+        if extra is not None:  # extras' keys may repeat: toward lo only the first counts
+            first = lambda c: after(c) if c + 1 >= lo else None  # noqa: E731
+            self._member_steps(extra, sep, track, track, first)
         for c, p in enumerate(track):
             if c >= lo:
                 self.eps += (p, e)

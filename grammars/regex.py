@@ -425,3 +425,31 @@ def regex_to_node(
             )
         alternatives.append(node)
     return alt(*alternatives)
+
+
+def counted_split(pattern: str) -> tuple[tuple, tuple, int, tuple] | None:
+    """A JSON Schema pattern (json mode) that is one branch anchored at both ends holding one
+    unbounded repeat of a single character (X*, X+, X{m,}): (the node of what comes before,
+    the character's node, m, the node of what comes after); None for any other pattern."""
+    regex_to_node(pattern, json_mode=True, search=True)  # the pattern's own checks first
+    parsed = _parse(pattern)
+    branches = _branches(parsed)
+    if len(branches) != 1:
+        return None
+    items, start, end = _strip_anchors(branches[0], True)
+    if not (start and end) or has_assertions(items):
+        return None
+    repeats = [
+        i
+        for i, (op, av) in enumerate(items)
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT) and av[1] is C.MAXREPEAT
+    ]
+    if len(repeats) != 1:
+        return None
+    i = repeats[0]
+    lo, _, sub = items[i][1]
+    sub = list(sub)
+    if len(sub) != 1 or sub[0][0] not in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
+        return None
+    conv = _Converter(True, parsed.state.flags)
+    return conv.seq(items[:i]), conv.seq(sub), lo, conv.seq(items[i + 1 :])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import Counter
+from itertools import compress
 from urllib.parse import unquote
 
 from grammars.automaton import (
@@ -43,6 +44,7 @@ from grammars.json_schema.core import (
     node_size,
     shared,
 )
+from grammars.json_schema.instances import finite_values, matches
 from grammars.json_schema.negation import canonical_texts, complement, conditional
 from grammars.json_schema.numbers import (
     _NUMBER,
@@ -52,19 +54,13 @@ from grammars.json_schema.numbers import (
     number_node,
     number_texts,
 )
-from grammars.json_schema.one_of import OneOfProofs
+from grammars.json_schema.one_of import OneOfProofs, exclusive_dfas, text_complete
 from grammars.json_schema.rewrite import _merge, _split_dependencies
-from grammars.json_schema.strings import _string_literal, string_node
+from grammars.json_schema.strings import RESTRICTED_FORMATS, _string_literal, string_node
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
-_MAX_EXCLUSIVE = 8  # overlapping oneOf branches made exclusive by DFA differences
 MAX_NESTING = 200  # schemas (subschemas, $refs) nested in one another
-# formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
-_RESTRICTED_FORMATS = (
-    *("hostname", "email", "uri", "uri-reference", "time", "date-time"),
-    *("iri", "iri-reference", "idn-email"),
-)
 
 
 def schema_to_rules(
@@ -231,6 +227,19 @@ class _Builder(_ContainerNodes):
             return NOTHING
         if not isinstance(schema, dict):
             raise GrammarError(f"schema at {path} must be an object or a boolean")
+        if ("const" in schema or "enum" in schema) and (
+            "$ref" not in schema or self.ref_siblings_apply
+        ):
+            values = constant_values(schema, path)
+            verdicts = self._verdicts(values, schema)
+            if None not in verdicts:  # every constant decided on its value: no other node
+                return constants_node(list(compress(values, verdicts)), self.literal, path)
+        elif any(k in schema for k in ("anyOf", "oneOf", "allOf", "__alternatives")):
+            values = finite_values(schema, self.resolve, ref_siblings=self.ref_siblings_apply)
+            if values is not None:  # combinators over constants: each value judged whole
+                verdicts = [self._matches(v, schema) for v in values]
+                if None not in verdicts:
+                    return constants_node(list(compress(values, verdicts)), self.literal, path)
         if "$ref" in schema:
             siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in _ANNOTATIONS}
             if not siblings or not self.ref_siblings_apply:
@@ -288,13 +297,17 @@ class _Builder(_ContainerNodes):
             set(rest) - _ANNOTATIONS == {"type"} and "const" not in schema
         ):
             return values  # constant_values has already dropped the enum members of other types
+        verdicts = self._verdicts(values, schema)
+        undecided = [v for v, known in zip(values, verdicts) if known is None]
+        if not undecided:
+            return list(compress(values, verdicts))
         if "type" not in rest:  # only the constants' own types need checking
             rest["type"] = sorted(
-                {"number" if t == "integer" else t for t in map(_json_type, values)}
+                {"number" if t == "integer" else t for t in map(_json_type, undecided)}
             )
         node = self.value(rest, path)
         separators = (",", ":") if self.options[0] else (self.options[1] or (", ", ": "))
-        texts = [_spellings(v, separators) for v in values]
+        texts = [_spellings(v, separators) for v in undecided]
         flat = [t for spellings in texts for t in spellings]
         if not _has_rules(node):
             accepts = EagerDFA.from_node(node).accepts
@@ -307,7 +320,25 @@ class _Builder(_ContainerNodes):
                     f"const/enum beside keywords on a recursive schema ({path})"
                 ) from None
             accepted = dict(zip(flat, found))
-        return [v for v, spellings in zip(values, texts) if any(map(accepted.get, spellings))]
+        admitted = iter(any(map(accepted.get, spellings)) for spellings in texts)
+        return [
+            v for v, known in zip(values, verdicts) if (next(admitted) if known is None else known)
+        ]
+
+    def _verdicts(self, values: list, schema: dict) -> list:
+        """instances.matches of each constant against the keywords beside const / enum (the
+        constants of an enum are its members already; a const must be in a sibling enum)."""
+        rest = {k: v for k, v in schema.items() if k != ("const" if "const" in schema else "enum")}
+        if not _constrains(rest) or (
+            set(rest) - _ANNOTATIONS == {"type"} and "const" not in schema
+        ):  # constant_values has already dropped the enum members of other types
+            return [True] * len(values)
+        return [self._matches(v, rest) for v in values]
+
+    def _matches(self, value, schema) -> bool | None:
+        return matches(
+            value, schema, self.resolve, strict=self.strict, ref_siblings=self.ref_siblings_apply
+        )
 
     def alternatives(self, schema: dict, key: str, path: str) -> tuple:
         """anyOf / oneOf, the keywords beside it merged into each branch; the branches that are
@@ -346,8 +377,8 @@ class _Builder(_ContainerNodes):
                         nodes[i] if i in nodes else self.value(subs[i], f"{path}/{key}/{i}")
                         for i in undecided
                     ]
-                complete = all(_text_complete(resolved[i]) for i in undecided)
-                only = _exclusive(exact, path, complete)
+                complete = all(text_complete(resolved[i]) for i in undecided)
+                only = exclusive_dfas(exact, path, complete)
                 if only is not None:  # the texts of exactly one of the overlapping branches
                     for i, dfa in zip(undecided, only):
                         nodes[i] = ("dfa", dfa)
@@ -448,7 +479,10 @@ class _Builder(_ContainerNodes):
         return sub
 
     def _expand_alternatives(self, schema: dict, path: str) -> dict:
-        """anyOf/oneOf lists collected while merging allOf: one anyOf of their combinations."""
+        """anyOf/oneOf lists collected while merging allOf, as one list of their combinations:
+        the anyOf lists multiply into one anyOf, the oneOf lists into one oneOf (exactly one
+        branch of each holds exactly when exactly one combination does), and with both, each
+        anyOf combination holds a oneOf of the oneOf combinations merged into it."""
         if not isinstance(schema, dict):
             return schema
         groups = list(schema.pop("__alternatives", None) or [])
@@ -457,15 +491,25 @@ class _Builder(_ContainerNodes):
         for kind in ("anyOf", "oneOf"):
             if kind in schema:
                 groups.append((kind, schema.pop(kind)))
-        combos = [{}]
+        combos = {"anyOf": [{}], "oneOf": [{}]}
         for kind, branches in groups:
-            if kind == "oneOf" and len(groups) > 1:
-                raise GrammarError(f"oneOf: cannot combine with other alternatives ({path})")
-            combos = [_merge(c, self._deref(b, path), path) for c in combos for b in branches]
-            if len(combos) > 64:
+            if not isinstance(branches, list) or not branches:
+                raise GrammarError(f"{kind} must be a non-empty list at {path}")
+            combos[kind] = [
+                _merge(c, self._deref(b, path), path) for c in combos[kind] for b in branches
+            ]
+            if len(combos["anyOf"]) * len(combos["oneOf"]) > 64:
                 raise GrammarError(f"allOf: too many combinations of anyOf/oneOf ({path})")
         out = dict(schema)
-        out[groups[0][0] if len(groups) == 1 else "anyOf"] = combos
+        kinds = {kind for kind, _ in groups}
+        if kinds == {"anyOf", "oneOf"}:
+            one_of = combos["oneOf"]
+            out["anyOf"] = [
+                {"oneOf": [_merge(a, o, path) for o in one_of]} for a in combos["anyOf"]
+            ]
+        else:
+            (kind,) = kinds
+            out[kind] = combos[kind]
         return out
 
     def literal(self, value, path: str) -> tuple:
@@ -503,7 +547,7 @@ class _Builder(_ContainerNodes):
                 self.inexact["digits"] += 1
             return self._shared_node(number_node(schema, t == "integer", path, self.max_digits))
         if t == "string":
-            if schema.get("format") in _RESTRICTED_FORMATS:
+            if schema.get("format") in RESTRICTED_FORMATS:
                 self.inexact["format"] += 1
             return string_node(schema, path, self.rules)
         if t == "array":
@@ -521,55 +565,3 @@ def _spellings(value, separators) -> list[bytes]:
     if isinstance(value, (int, float)):
         texts.update(number_texts(value))
     return [t if isinstance(t, bytes) else t.encode() for t in texts]
-
-
-def _exclusive(nodes, path: str, complete: bool) -> list | None:
-    """oneOf is enforced as anyOf, which is exact only when no value matches two branches:
-    None when no text matches two of `nodes`. Otherwise each node's DFA minus the others' that
-    it meets, which the exact nodes make sound: every text they accept has a value matching
-    their branch, and they accept every canonical text (negation.canonical_texts: one spelling
-    per value) of the values it matches, so a canonical text left in a branch's difference
-    matches no other branch. Unless `complete` (the nodes accept every spelling:
-    _text_complete), each branch is first limited to canonical texts, a sound restriction.
-    (Every string automaton refuses lone surrogate escapes, \\ud83d alone, alike, and reads an
-    astral character both as itself and as its surrogate pair.)"""
-    for n in nodes:
-        if _has_rules(n) or node_size(n, 2000, True) > 2000:
-            raise GrammarError(f"oneOf: branches that may overlap are not supported ({path})")
-    dfas = [EagerDFA.from_node(n) for n in nodes]
-    meets = [
-        (i, j)
-        for i in range(len(dfas))
-        for j in range(i + 1, len(dfas))
-        if not dfas[i].product(dfas[j], "and").is_empty()
-    ]
-    if not meets:
-        return None
-    if len(dfas) > _MAX_EXCLUSIVE:
-        i, j = meets[0]
-        raise GrammarError(f"oneOf: branches {i} and {j} overlap ({path})")
-    canonical = None if complete else canonical_texts()[1]
-    only = []
-    for i, dfa in enumerate(dfas):
-        if canonical is not None:
-            dfa = dfa.product(canonical, "and")
-        for j, other in enumerate(dfas):
-            if (min(i, j), max(i, j)) in meets:
-                dfa = dfa.product(other, "diff")
-        only.append(dfa)
-    return only
-
-
-_COMPLETE_KEYWORDS = frozenset({"type", "pattern", "minLength", "maxLength"})
-
-
-def _text_complete(schema) -> bool:
-    """The schema's node accepts every JSON text of every value it matches. Strings are
-    written with or without escapes and counted by characters either way; integers (1.0,
-    1e2), bounded numbers (exponents), constants (escaped letters), formats and object keys
-    (escaped names) are not: only strings limited by type, pattern and lengths, booleans and
-    null pass."""
-    if not isinstance(schema, dict) or not set(schema) - _ANNOTATIONS <= _COMPLETE_KEYWORDS:
-        return False
-    types = _types_of(schema)
-    return types is not None and set(types) <= {"string", "boolean", "null"}

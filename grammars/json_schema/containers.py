@@ -214,12 +214,10 @@ class _ContainerNodes:
             if key_names is not None and not _names_key(key_names, name):
                 sub = False
             for pat, psub in pattern_props.items():
-                if name in props and _regex_search(pat, name):
-                    sub = (
-                        _merge(sub, psub, f"{path}/patternProperties")
-                        if isinstance(sub, dict) and isinstance(psub, dict)
-                        else sub
-                    )
+                if name in props and _regex_search(pat, name):  # both schemas apply
+                    if not isinstance(sub, (bool, dict)) or not isinstance(psub, (bool, dict)):
+                        raise GrammarError(f"schema at {path}/patternProperties must be a schema")
+                    sub = _merge(sub, psub, f"{path}/patternProperties")
             key = _string_literal(name)
             value = self.value(sub, f"{path}/properties/{name}")
             key_sep = self.key_sep_push if value[0] == "nt" else self.member_key_sep
@@ -275,6 +273,15 @@ class _ContainerNodes:
             lo = 0  # the required properties are enough
         if hi is not None and most is not None and hi >= most:
             hi = None
+        if extra is not None and lo >= 2:
+            # keys outside the named ones may repeat, and a repeated key is one property: only
+            # the named properties and one other member count toward lo (automaton._members)
+            if lo > len(items) + 1:
+                raise GrammarError(
+                    f"minProperties: {lo} distinct keys cannot be enforced where keys outside "
+                    f"the named properties may repeat ({path})"
+                )
+            self.inexact["counts"] += 1
         if (lo, hi) != (0, None):
             members = ("members", tuple(items), self.item_sep, extra, (lo, hi), False)
             if node_size(members, _MAX_COUNTED, True) > _MAX_COUNTED:
@@ -284,10 +291,15 @@ class _ContainerNodes:
         return lo, hi
 
     def _extra_schema_for(self, name, pattern_props, additional, path):
-        for pat, psub in pattern_props.items():
-            if _regex_search(pat, name):
-                return psub
-        return additional
+        """The schema of a property named only by `required`: every pattern it matches, or
+        else additionalProperties."""
+        found = [psub for pat, psub in pattern_props.items() if _regex_search(pat, name)]
+        if not found:
+            return additional
+        out = True
+        for psub in found:
+            out = _merge(out, psub, f"{path}/patternProperties")
+        return out
 
     def _key_names(self, schema: dict, path: str):
         """The automaton of the keys propertyNames allows (a string schema: keys are strings),
@@ -308,14 +320,8 @@ class _ContainerNodes:
         properties, then additional ones."""
         parts = []
         taken = constants_node(names, _key_literal, path) if names and pattern_props else None
-        pattern_keys = []
-        for i, (pat, psub) in enumerate(pattern_props.items()):
-            key = cat(lit('"'), regex_to_node(pat, search=True, key_mode=True), lit('"'))
-            pattern_keys.append(key)
-            for other in pattern_keys[:-1]:
-                overlap = intersect(key, other)
-                if not overlap[1].is_empty():
-                    raise GrammarError(f"patternProperties: overlapping patterns ({path})")
+        pattern_keys = _pattern_keys(pattern_props, path)
+        for i, (key, psub) in enumerate(zip(pattern_keys, pattern_props.values())):
             if taken is not None:
                 key = difference(key, taken)
             if key_names is not None:
@@ -338,6 +344,36 @@ class _ContainerNodes:
                     cat(key, self.key_sep_push if value[0] == "nt" else self.key_sep, value)
                 )
         return alt(*parts) if parts else None
+
+
+def _pattern_keys(pattern_props: dict, path: str) -> list:
+    """The key automaton of each pattern property. A key under two patterns must match both
+    schemas, where the members are alternatives (one of them matches): exact when both are
+    the same, or one decides alone (the other asserts nothing, or it is false), the other's
+    keys leaving it out; any other overlap is an error."""
+    keys = [
+        cat(lit('"'), regex_to_node(pat, search=True, key_mode=True), lit('"'))
+        for pat in pattern_props
+    ]
+    subs = list(pattern_props.values())
+    out = list(keys)
+    for i in range(len(keys)):
+        for j in range(i):
+            if intersect(keys[i], keys[j])[1].is_empty():
+                continue
+            if json.dumps(subs[i], sort_keys=True) == json.dumps(subs[j], sort_keys=True):
+                continue
+            if _asserts_nothing(subs[i]) or subs[j] is False:  # j's schema decides alone
+                out[i] = difference(out[i], keys[j])
+            elif _asserts_nothing(subs[j]) or subs[i] is False:
+                out[j] = difference(out[j], keys[i])
+            else:
+                raise GrammarError(f"patternProperties: overlapping patterns ({path})")
+    return out
+
+
+def _asserts_nothing(schema) -> bool:
+    return schema is True or (isinstance(schema, dict) and not set(schema) - _ANNOTATIONS)
 
 
 def _count(schema: dict, key: str, default, path: str):

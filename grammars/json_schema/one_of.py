@@ -3,21 +3,29 @@
 A oneOf is enforced as an anyOf of its branches, which is exact only when no value matches two
 of them. Where that cannot be proved, the branches are narrowed (`separated_branches`) so that
 every value a narrowed branch admits matches no other original branch: sound, and exact except
-for the documented key restriction.
+for the documented key restriction. Small regular branches that do overlap are made exclusive
+by automaton differences instead (exclusive_dfas).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from grammars.automaton import EagerDFA
 from grammars.budget import checkpoint
+from grammars.errors import GrammarError
 from grammars.json_schema.constants import common_values, scalar_keys
 from grammars.json_schema.core import (
+    _ANNOTATIONS,
     _TYPE_KEYWORDS,
     _constants,
+    _has_rules,
     _types_of,
     _value_types,
+    node_size,
 )
+from grammars.json_schema.negation import canonical_texts
+from grammars.json_schema.strings import _pattern_dfa
 
 _ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
 # keywords that constrain values of every type (or whose effect is not read here)
@@ -26,6 +34,10 @@ _GENERAL = frozenset(
     | {"if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas"}
 )
 _OBJECT_ONLY = frozenset({"dependencies", "dependentRequired", "dependentSchemas"})
+_MAX_PROOF_DEPTH = 16  # properties and combinators a disjointness proof looks into
+_MAX_EXCLUSIVE = 8  # overlapping branches made exclusive by DFA differences
+# string keywords whose automata read every spelling of a value (text_complete)
+_COMPLETE_KEYWORDS = frozenset({"type", "pattern", "minLength", "maxLength"})
 
 
 def admitted_types(schema) -> frozenset | None:
@@ -87,42 +99,113 @@ class OneOfProofs:
                 out.append(i)
         return out
 
-    def disjoint(self, a, b) -> bool:
-        """True when no value can match both schemas: by type, by const/enum, or, for objects
-        only, by a required property whose constants differ or that the other one forbids."""
+    def disjoint(self, a, b, depth: int = 0) -> bool:
+        """True when no value can match both schemas: by type, by const/enum, by patterns no
+        string matches both, or, for objects only, by a required property whose schemas are
+        disjoint (so, recursively) or that the other one forbids."""
         a, b = self.deref(a), self.deref(b)
         if a is False or b is False:
             return True
-        if not isinstance(a, dict) or not isinstance(b, dict):
+        if not isinstance(a, dict) or not isinstance(b, dict) or depth > _MAX_PROOF_DEPTH:
             return False
         ca, cb = _constants(a), _constants(b)
         if ca is not None and cb is not None and not common_values(ca, cb):
             return True
-        ta, tb = admitted_types(a), admitted_types(b)
+        ta, tb = self.types(a), self.types(b)
         if ta is None or tb is None:
             return False
         common = ta & tb
-        return not common or (common == {"object"} and self._objects_disjoint(a, b))
+        if common == {"string"}:
+            return _patterns_disjoint(a, b)
+        return not common or (common == {"object"} and self._objects_disjoint(a, b, depth))
 
-    def _objects_disjoint(self, a: dict, b: dict) -> bool:
-        if self._refuses_required(a, b) or self._refuses_required(b, a):
+    def types(self, schema, depth: int = 0) -> frozenset | None:
+        """admitted_types, also through $ref, anyOf / oneOf (the union of their branches'
+        types) and allOf (the intersection); `not` and conditions only narrow, so they are
+        left out (the types found may be more than the schema admits, never fewer)."""
+        try:
+            schema = self.deref(schema)
+        except GrammarError:  # (reported where the schema is built)
+            return None
+        known = admitted_types(schema)
+        if known is not None or not isinstance(schema, dict) or depth > _MAX_PROOF_DEPTH:
+            return known
+        out = _ALL_TYPES
+        groups = [(k, schema[k]) for k in ("anyOf", "oneOf") if k in schema]
+        groups += list(schema.get("__alternatives") or [])
+        for _, branches in groups:
+            if not isinstance(branches, list):
+                return None
+            union = frozenset()
+            for branch in branches:
+                found = self.types(branch, depth + 1)
+                if found is None:
+                    return None
+                union |= found
+            out &= union
+        for sub in schema.get("allOf") or []:
+            found = self.types(sub, depth + 1)
+            if found is not None:
+                out &= found
+        return out
+
+    def _objects_disjoint(self, a: dict, b: dict, depth: int = 0) -> bool:
+        """Each side is read with its allOf members, every one of which judges the object."""
+        parts_a, parts_b = self._parts(a), self._parts(b)
+        required_a = {n for p in parts_a for n in p.get("required") or []}
+        required_b = {n for p in parts_b for n in p.get("required") or []}
+        if self._forbids_any(parts_a, required_b) or self._forbids_any(parts_b, required_a):
             return True
-        pa, pb = a.get("properties") or {}, b.get("properties") or {}
-        for name in set(a.get("required") or []) & set(b.get("required") or []):
-            if name in pa and name in pb:
-                va, vb = self.deref(pa[name]), self.deref(pb[name])
-                if isinstance(va, dict) and isinstance(vb, dict):
-                    ca, cb = _constants(va), _constants(vb)
-                    if ca is not None and cb is not None and not common_values(ca, cb):
+        strict_a, strict_b = self._strict(parts_a), self._strict(parts_b)
+        for name in required_a & required_b:
+            for pa in parts_a:
+                for pb in parts_b:
+                    va, vb = self._member(pa, name, strict_a), self._member(pb, name, strict_b)
+                    if va is not None and vb is not None and self.disjoint(va, vb, depth + 1):
                         return True
         return False
 
-    def _refuses_required(self, a: dict, b: dict) -> bool:
-        """`a` forbids a property that `b` requires."""
-        return any(self.forbids(a, name) for name in b.get("required") or [])
+    def _forbids_any(self, parts: list[dict], names: set) -> bool:
+        strict = self._strict(parts)
+        return any(self.forbids(p, n, strict) for p in parts for n in names)
 
-    def forbids(self, schema: dict, name: str) -> bool:
-        """No object matching `schema` holds the property `name`."""
+    def _strict(self, parts: list[dict]) -> bool:
+        """The compile's default for additionalProperties (false when strict) holds for a
+        schema without allOf members only: merged, they name each other's properties."""
+        return self.strict and len(parts) == 1
+
+    def _parts(self, schema: dict) -> list[dict]:
+        """`schema` and, through $ref, its allOf members (a few levels deep)."""
+        out, todo = [], [(schema, 0)]
+        while todo:
+            part, level = todo.pop()
+            try:
+                part = self.deref(part)
+            except GrammarError:  # (reported where the schema is built)
+                continue
+            if not isinstance(part, dict) or len(out) > 16:
+                continue
+            out.append(part)
+            if level < 4 and isinstance(part.get("allOf"), list):
+                todo.extend((sub, level + 1) for sub in part["allOf"])
+        return out
+
+    def _member(self, schema: dict, name: str, strict: bool):
+        """The schema a property `name` of an object matching `schema` must match; None where
+        patternProperties take part (`strict`: additionalProperties false where absent)."""
+        props = schema.get("properties") or {}
+        if name in props:
+            return props[name]
+        patterns = schema.get("patternProperties") or {}
+        if any(self.search(p, name) for p in patterns):
+            return None
+        additional = schema.get("additionalProperties")
+        return (not strict) if additional is None else additional
+
+    def forbids(self, schema: dict, name: str, strict: bool | None = None) -> bool:
+        """No object matching `schema` holds the property `name` (`strict`: additionalProperties
+        is false where absent; the compile's default unless given)."""
+        strict = self.strict if strict is None else strict
         props = schema.get("properties") or {}
         if name in props:
             return props[name] is False
@@ -130,7 +213,7 @@ class OneOfProofs:
         if any(self.search(p, name) for p in patterns):
             return False
         additional = schema.get("additionalProperties")
-        return self.strict if additional is None else additional is False
+        return strict if additional is None else additional is False
 
     def separated_branches(self, branches: list) -> list | None:
         """The branches narrowed so that a value admitted by one matches no other original
@@ -199,3 +282,70 @@ def _narrowed(schema: dict, types: set, keys: set) -> dict:
     if keys:
         out["properties"] = {**(schema.get("properties") or {}), **dict.fromkeys(keys, False)}
     return out
+
+
+def _patterns_disjoint(a: dict, b: dict) -> bool:
+    """Two string schemas of type, pattern and lengths whose patterns no string matches both
+    (their automata read every spelling of each character, so a common value would leave a
+    common text)."""
+    patterns = []
+    for schema in (a, b):
+        if set(schema) - _ANNOTATIONS - _COMPLETE_KEYWORDS or _types_of(schema) != ["string"]:
+            return False
+        if not isinstance(schema.get("pattern"), str):
+            return False
+        patterns.append(schema["pattern"])
+    try:
+        both = _pattern_dfa(patterns[0], True).product(_pattern_dfa(patterns[1], True), "and")
+    except GrammarError:
+        return False
+    return both.is_empty()
+
+
+def exclusive_dfas(nodes, path: str, complete: bool) -> list | None:
+    """oneOf is enforced as anyOf, which is exact only when no value matches two branches:
+    None when no text matches two of `nodes`. Otherwise each node's DFA minus the others' that
+    it meets, which the exact nodes make sound: every text they accept has a value matching
+    their branch, and they accept every canonical text (negation.canonical_texts: one spelling
+    per value) of the values it matches, so a canonical text left in a branch's difference
+    matches no other branch. Unless `complete` (the nodes accept every spelling:
+    text_complete), each branch is first limited to canonical texts, a sound restriction.
+    (Every string automaton refuses lone surrogate escapes, \\ud83d alone, alike, and reads an
+    astral character both as itself and as its surrogate pair.)"""
+    for n in nodes:
+        if _has_rules(n) or node_size(n, 6000, True) > 6000:
+            raise GrammarError(f"oneOf: branches that may overlap are not supported ({path})")
+    dfas = [EagerDFA.from_node(n) for n in nodes]
+    meets = [
+        (i, j)
+        for i in range(len(dfas))
+        for j in range(i + 1, len(dfas))
+        if not dfas[i].product(dfas[j], "and").is_empty()
+    ]
+    if not meets:
+        return None
+    if len(dfas) > _MAX_EXCLUSIVE:
+        i, j = meets[0]
+        raise GrammarError(f"oneOf: branches {i} and {j} overlap ({path})")
+    canonical = None if complete else canonical_texts()[1]
+    only = []
+    for i, dfa in enumerate(dfas):
+        if canonical is not None:
+            dfa = dfa.product(canonical, "and")
+        for j, other in enumerate(dfas):
+            if (min(i, j), max(i, j)) in meets:
+                dfa = dfa.product(other, "diff")
+        only.append(dfa)
+    return only
+
+
+def text_complete(schema) -> bool:
+    """The schema's node accepts every JSON text of every value it matches. Strings are
+    written with or without escapes and counted by characters either way; integers (1.0,
+    1e2), bounded numbers (exponents), constants (escaped letters), formats and object keys
+    (escaped names) are not: only strings limited by type, pattern and lengths, booleans and
+    null pass."""
+    if not isinstance(schema, dict) or not set(schema) - _ANNOTATIONS <= _COMPLETE_KEYWORDS:
+        return False
+    types = _types_of(schema)
+    return types is not None and set(types) <= {"string", "boolean", "null"}

@@ -9,8 +9,9 @@ import math
 from grammars.errors import GrammarError
 from grammars.json_schema.constants import common_values
 from grammars.json_schema.core import _ASSERTIONS, _DEPENDENCY_KEYWORDS
+from grammars.json_schema.instances import pattern_search
 
-_MAX_DEPENDENCIES = 4  # each one doubles the object's alternatives
+_MAX_DEPENDENCIES = 6  # each one doubles the object's alternatives
 
 
 def _split_dependencies(schema: dict, path: str):
@@ -122,6 +123,8 @@ def _merge(a, b, path: str):
             out["__patterns"] = [*out.get("__patterns", []), v]
         elif k == "__patterns":
             out[k] = [*w, *v]
+        elif k == "patternProperties" and isinstance(w, dict) and isinstance(v, dict):
+            out[k] = _merged_patterns(a, b, path)
         elif k == "propertyNames":  # every key matches both
             out[k] = _merge(w, v, path)
         elif k == "multipleOf":
@@ -154,6 +157,16 @@ def _common_multiple(a, b, path: str):
     return int(common) if common.denominator == 1 else float(common)
 
 
+def _merged_patterns(a: dict, b: dict, path: str) -> dict:
+    """Both schemas' patternProperties: a key matching a pattern of either must match its
+    schema (one pattern in both: both schemas). What each side's additionalProperties says of
+    keys under the other's patterns only is added by _restrict_to_additional."""
+    merged = dict(a["patternProperties"])
+    for pattern, sub in b["patternProperties"].items():
+        merged[pattern] = _merge(merged[pattern], sub, path) if pattern in merged else sub
+    return merged
+
+
 def _listed(*schemas) -> bool:
     """Each schema is a const or enum and nothing else."""
     return all(isinstance(s, dict) and set(s) in ({"const"}, {"enum"}) for s in schemas)
@@ -164,18 +177,44 @@ def _values(schema: dict) -> list:
 
 
 def _restrict_to_additional(out: dict, a: dict, b: dict, path: str) -> None:
-    """A property that `b` names but `a` does not must still satisfy a's additionalProperties
-    (each schema of an allOf judges the whole object)."""
+    """A key that `b` names or lets in by a pattern, but that `a` does not name and none of
+    a's patterns takes, must still satisfy a's additionalProperties (each schema of an allOf
+    judges the whole object). Where that cannot be said exactly in one schema: an error."""
     extra = a.get("additionalProperties", True)
-    if extra is True or not isinstance(b.get("properties"), dict):
+    if extra is True:
         return
-    if a.get("patternProperties"):
+    own_patterns = a.get("patternProperties") or {}
+    names = b.get("properties") if isinstance(b.get("properties"), dict) else {}
+    new_names = [n for n in names if n not in (a.get("properties") or {})]
+    new_patterns = [p for p in b.get("patternProperties") or {} if p not in own_patterns]
+    if not new_names and not new_patterns:
+        return  # b lets in no key that a does not judge itself
+    if extra is False and (own_patterns or new_patterns):
+        # every key must be one of a's properties or match one of a's patterns
+        own_keys = [{"pattern": p} for p in own_patterns]
+        if a.get("properties"):
+            own_keys.append({"enum": list(a["properties"])})
+        allowed = {"anyOf": own_keys} if own_keys else False
+        out["propertyNames"] = _merge(out.get("propertyNames", True), allowed, path)
+        return
+    if own_patterns and new_patterns:
         raise GrammarError(
             f"allOf: cannot combine patternProperties with other properties ({path})"
         )
-    own = a.get("properties") or {}
     props = dict(out.get("properties") or {})
-    for name in b["properties"]:
-        if name not in own:
+    if new_patterns:  # keys under them (none of them named) must match `extra` too
+        patterns = dict(out["patternProperties"])
+        for p in new_patterns:
+            if any(pattern_search(p, name) is not False for name in props):
+                raise GrammarError(
+                    f"allOf: cannot combine patternProperties with other properties ({path})"
+                )
+            patterns[p] = _merge(patterns[p], extra, path)
+        out["patternProperties"] = patterns
+    for name in new_names:
+        taken = [pattern_search(p, name) for p in own_patterns]
+        if None in taken:
+            raise GrammarError(f"allOf: cannot combine patternProperties with properties ({path})")
+        if not any(taken):  # (under one of a's patterns, the builder merges its schema in)
             props[name] = False if extra is False else _merge(props[name], extra, path)
     out["properties"] = props

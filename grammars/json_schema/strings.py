@@ -8,15 +8,21 @@ import re
 
 import numpy as np
 
-from grammars.array_dfa import ArrayDFA, LazyDFA, compact, counter_dfa, packed_masks
-from grammars.automaton import MAX_NFA_STATES, NOTHING, alt, byte_set, cat, lit, rep
+from grammars.array_dfa import ArrayDFA, LazyDFA, compact, packed_masks
+from grammars.automaton import MAX_NFA_STATES, NOTHING, byte_set, cat, lit, rep
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 from grammars.json_schema.core import node_size
+from grammars.json_schema.counted import (
+    _any_string_dfa,
+    _length_dfa,
+    _long_chars,
+    counted_pattern,
+    is_long,
+)
 from grammars.literal_set import node_words
 from grammars.regex import ANY_CHAR, json_chars, key_chars, regex_to_node
 
-_STRING_CHAR = json_chars(ANY_CHAR)
 _PATTERN_SIZE_HINT = 2000  # a pattern's expression up to this size is not determinised at once
 # A character of an object key in the spellings _string_literal writes (printable ASCII as is,
 # short escapes where JSON has them, \uXXXX for the other characters of the BMP): a property
@@ -104,6 +110,11 @@ _JSON_MODE_FORMATS = ("json-pointer", "relative-json-pointer")  # any character,
 # (an IRI or an internationalised address outside ASCII is refused)
 _SUBSET_FORMATS = {"iri": "uri", "iri-reference": "uri-reference", "idn-email": "email"}
 _DOMAIN_FORMATS = ("hostname", "email")  # counter automata, built by _domain_dfa
+# formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
+RESTRICTED_FORMATS = (
+    *("hostname", "email", "uri", "uri-reference", "time", "date-time"),
+    *("iri", "iri-reference", "idn-email"),
+)
 # standard formats a validator may check that are not enforced here: they raise GrammarError
 _UNENFORCED_FORMATS = {
     "regex",
@@ -183,67 +194,6 @@ def _lazy_pattern(pattern: str) -> LazyDFA:
     return dfa
 
 
-@functools.lru_cache(maxsize=256)
-def _length_dfa(lo: int, hi: int | None):
-    """Strings of lo..hi characters (JSON spelling), laid out directly as a counter."""
-    if lo > _MAX_UNROLLED or (hi is not None and hi > _MAX_UNROLLED):
-        raise GrammarError(
-            f"minLength/maxLength: lengths above {_MAX_UNROLLED} are not supported here"
-        )
-    return counter_dfa(_char_dfa(), lo, hi)
-
-
-_MAX_UNROLLED = 10_000  # the longest count laid out as one counter
-# Strings with a bound of _LONG characters or more are counted in blocks of _BLOCK characters,
-# by a rule shared by all strings of the same bounds: a counter takes ~39 states per count at
-# every use. A pop and a push at each block's end make the masks there slower (the tokens
-# crossing it are checked one by one), so shorter bounds keep the counter.
-_BLOCK = 128
-_LONG = 1024
-
-
-def _long_chars(lo: int, hi: int | None, rules: dict) -> tuple:
-    """The inside of a string of lo..hi characters when a bound is long: blocks of exactly
-    _BLOCK characters (one rule, "chars_block", matched by pushing a frame) counted by a rule
-    of its own per (lo, hi), then a tail of fewer than _BLOCK characters. A counter of n
-    characters takes one copy of the character automaton (39 states) per count; this takes
-    one per count of blocks, with no copy of the characters. The split of a length into
-    blocks and a tail is unique, so a matcher follows at most a few frames at once."""
-    name = f"chars_{lo}_{'inf' if hi is None else hi}"
-    if name not in rules:
-        rules.setdefault("chars_block", ("dfa", _length_dfa(_BLOCK, _BLOCK)))
-        block = ("nt", "chars_block")
-        skip = lo // _BLOCK  # blocks every string of lo.. characters starts with
-        low = lo - skip * _BLOCK  # < _BLOCK
-        high = None if hi is None else hi - skip * _BLOCK
-        last = _BLOCK - 1
-        if high is None:
-            rest = alt(
-                ("dfa", _length_dfa(low, last)),
-                cat(rep(block, 1, None), ("dfa", _length_dfa(0, last))),
-            )
-        elif high < _BLOCK:
-            rest = ("dfa", _length_dfa(low, high))
-        else:
-            full = high // _BLOCK  # the most blocks after the skipped ones
-            parts = [("dfa", _length_dfa(low, last))]  # no more blocks
-            if full >= 2:  # 1 .. full - 1 blocks, then any tail
-                parts.append(cat(rep(block, 1, full - 1), ("dfa", _length_dfa(0, last))))
-            parts.append(cat(rep(block, full, full), ("dfa", _length_dfa(0, high % _BLOCK))))
-            rest = alt(*parts)
-        rules[name] = cat(rep(block, skip, skip), rest)
-    return ("nt", name)
-
-
-@functools.lru_cache(maxsize=1)
-def _char_dfa():
-    from grammars.automaton import EagerDFA
-
-    dfa = EagerDFA.from_node(_STRING_CHAR)
-    assert not any(dfa.trans[s] for s in range(len(dfa.trans)) if dfa.accept[s])
-    return dfa
-
-
 def _ascii_set(chars: str) -> int:
     return byte_set(*map(ord, chars))
 
@@ -319,14 +269,6 @@ def _format_dfa(fmt: str):
 def key_node() -> tuple:
     """Any object key, each character spelled as _string_literal spells it (_KEY_CHAR)."""
     return ("dfa", _key_dfa()[0])
-
-
-@functools.lru_cache(maxsize=1)
-def _any_string_dfa():
-    """Any JSON string, determinised once: most schemas hold several."""
-    from grammars.automaton import EagerDFA
-
-    return EagerDFA.from_node(cat(lit('"'), rep(_STRING_CHAR, 0, None), lit('"')))
 
 
 @functools.lru_cache(maxsize=1)
@@ -500,12 +442,16 @@ def string_node(schema: dict, path: str = "#", rules: dict | None = None) -> tup
     if not patterns and fmt is None:
         if lo == 0 and hi is None:
             return ("dfa", _any_string_dfa())
-        if rules is not None and max(lo, hi or 0) >= _LONG:
+        if rules is not None and is_long(lo, hi):
             return cat(lit('"'), _long_chars(lo, hi, rules), lit('"'))
         return cat(lit('"'), ("dfa", _length_dfa(lo, hi)), lit('"'))
     if len(patterns) == 1 and fmt is None and lo == 0 and hi is None:
         return cat(lit('"'), ("dfa", _lazy_pattern(patterns[0])), lit('"'))
     body = _string_body(patterns, fmt, lo, hi)
+    if body is None and rules is not None and fmt is None:
+        inside = counted_pattern(patterns, lo, hi, rules)
+        if inside is not None:
+            return cat(lit('"'), inside, lit('"'))
     if body is None:
         raise GrammarError(
             f"maxLength: {hi} combined with pattern/format is too large to enforce ({path})"

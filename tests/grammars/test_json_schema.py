@@ -349,8 +349,8 @@ def test_strict_mode_forbids_unnamed_properties(compiler, checker):
         ({"type": "string", "pattern": "(a)\\1"}, "pattern"),
         ({"$ref": "http://example.com/schema"}, "$ref"),
         ({"type": "wat"}, "type"),
-        (  # each dependency doubles the alternatives: at most four
-            {"type": "object", "dependencies": {k: ["z"] for k in "abcde"}},
+        (  # each dependency doubles the alternatives: at most six
+            {"type": "object", "dependencies": {k: ["z"] for k in "abcdefg"}},
             "dependencies",
         ),
     ],
@@ -516,6 +516,17 @@ def test_all_of_combines_two_nots_two_refs_and_differing_annotations(compiler, c
         ),
         ({"allOf": [{"const": True}, {"const": 1}]}, [], [True, 1]),  # true is not 1
         ({"type": "array", "uniqueItems": True, "maxItems": 1}, [[], [1]], [[1, 2]]),
+        (  # two patternProperties: a key under a pattern of either matches its schema
+            {
+                "type": "object",
+                "allOf": [
+                    {"patternProperties": {"^a": {"type": "integer"}}},
+                    {"patternProperties": {"^b": {"type": "string"}, "^a": {"minimum": 0}}},
+                ],
+            },
+            [{"a1": 1, "b": "x", "c": None}, {}],
+            [{"a1": -1}, {"b": 2}, {"a": "x"}],
+        ),
     ],
 )
 def test_all_of_merges_exactly(compiler, checker, schema, valid, invalid):
@@ -592,3 +603,36 @@ def test_property_order_any_agrees_with_permutations(compiler, order, size):
     doc = {k: "abcde".index(k) for k in order[:size]}
     m = grammar.matcher()
     assert (m.accept_string(json.dumps(doc)) and m.is_completed()) == ("a" in doc)
+
+
+def test_all_of_patterns_under_another_schemas_additional_properties_raise(compiler):
+    # a key only the second schema's pattern names must also match the first's
+    # additionalProperties, which one merged schema cannot say (but for false: propertyNames)
+    schema = {
+        "allOf": [
+            {"patternProperties": {"^a": {}}, "additionalProperties": {"type": "integer"}},
+            {"patternProperties": {"^b": {}}},
+        ]
+    }
+    with pytest.raises(GrammarError, match="patternProperties"):
+        compiler.compile_json_schema(schema)
+
+
+def test_six_dependencies_are_exact_and_seven_raise(compiler, checker):
+    from itertools import combinations
+
+    from grammars.json_schema.instances import matches
+
+    names = "abcdef"
+    deps = {n: [names[(i + 1) % 6]] for i, n in enumerate(names)}  # a needs b, ..., f needs a
+    schema = {"type": "object", "dependencies": deps, "additionalProperties": {"type": "integer"}}
+    grammar = compiler.compile_json_schema(schema, property_order="any")
+    for k in range(3):
+        for chosen in combinations(names, k):
+            doc = dict.fromkeys(chosen, 1)
+            expected = matches(doc, schema, lambda ref: None)
+            assert checker.accepts(grammar, doc, check_masks=False) == expected, doc
+    assert checker.accepts(grammar, dict.fromkeys(names, 1), check_masks=False)
+    deps["g"] = ["a"]
+    with pytest.raises(GrammarError, match="dependencies"):
+        compiler.compile_json_schema({"type": "object", "dependencies": deps})

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from grammars import GrammarCompiler, GrammarError
-from grammars.json_schema import strings
+from grammars.json_schema import counted
 from tests.grammars.conftest import Checker, assert_mask_is_exact
 
 CHARS = 'aé"\\\n😀z'  # one-byte, two-byte, escaped, four-byte (a surrogate pair escape)
@@ -26,8 +26,8 @@ def small_checker(smollm2_tokenizer):
 @pytest.fixture()
 def small_blocks(monkeypatch, small_checker):
     """Blocks of 4 characters from 13 characters on."""
-    monkeypatch.setattr(strings, "_BLOCK", 4)
-    monkeypatch.setattr(strings, "_LONG", 13)
+    monkeypatch.setattr(counted, "_BLOCK", 4)
+    monkeypatch.setattr(counted, "_LONG", 13)
     return small_checker
 
 
@@ -81,9 +81,13 @@ def test_real_sizes(checker, compiler):
     assert checker.accepts(long, json.dumps("y" * 20_000 + "é"), check_masks=False)
 
 
-def test_long_bound_beside_a_pattern_still_raises(compiler):
-    with pytest.raises(GrammarError, match="maxLength"):
-        compiler.compile_json_schema({"type": "string", "pattern": "^a+$", "maxLength": 20_000})
+def test_long_bound_beside_a_pattern_of_one_run(checker):
+    grammar = checker.compiler.compile_json_schema(
+        {"type": "string", "pattern": "^a+$", "maxLength": 20_000}
+    )
+    assert checker.accepts(grammar, json.dumps("a" * 20_000), check_masks=False)
+    for wrong in ("a" * 20_001, "", "a" * 50 + "b"):
+        assert not checker.accepts(grammar, json.dumps(wrong), check_masks=False)
 
 
 def test_masks_across_block_ends_hold_every_token_accept_token_takes(small_blocks):
@@ -103,3 +107,45 @@ def test_masks_across_block_ends_hold_every_token_accept_token_takes(small_block
         assert_mask_is_exact(grammar, state)
     grammar._step_table.arrays()  # every step made so far moved into the arrays
     assert grammar._step_table.size == len(grammar._steps)
+
+
+def _run(n: int, head: str = "ab", tail: str = "c", chars: str = "xy") -> str:
+    middle = n - len(head) - len(tail)
+    return head + "".join(chars[i % len(chars)] for i in range(middle)) + tail
+
+
+def test_a_long_length_beside_a_pattern_of_one_run(checker):
+    """^ab[xy]*c$ beside lengths too long to unroll into the pattern's automaton: the run of
+    [xy] is counted in blocks, for each length of the parts around it."""
+    schema = {"type": "string", "pattern": "^ab[xy]*c$", "minLength": 550, "maxLength": 1030}
+    grammar = checker.compiler.compile_json_schema(schema)
+    for n in (549, 550, 551, 1029, 1030, 1031):
+        assert checker.accepts(grammar, json.dumps(_run(n)), check_masks=n == 551) == (
+            550 <= n <= 1030
+        ), n
+    for wrong in ("ab" + "x" * 600 + "z" + "c", "ab" + "x" * 600, "a" + "x" * 600 + "c"):
+        assert not checker.accepts(grammar, json.dumps(wrong), check_masks=False)
+
+
+def test_a_long_length_beside_a_pattern_whose_head_varies(checker):
+    schema = {"type": "string", "pattern": "^https?://.+$", "maxLength": 1024}
+    grammar = checker.compiler.compile_json_schema(schema)
+    for head in ("http://", "https://"):
+        for n in (len(head), len(head) + 1, 1024, 1025):
+            text = _run(n, head, "", "é/")
+            expected = len(head) < n <= 1024
+            assert checker.accepts(grammar, json.dumps(text), check_masks=False) == expected
+
+
+def test_a_long_length_beside_a_pattern_of_two_runs_raises(compiler):
+    with pytest.raises(GrammarError, match="maxLength"):
+        compiler.compile_json_schema(
+            {"type": "string", "pattern": "^[a-z]+\\.[a-z]+$", "maxLength": 1024}
+        )
+
+
+def test_a_long_length_beside_a_pattern_every_string_matches(checker):
+    schema = {"type": "string", "pattern": "([0-9a-z]+)?", "maxLength": 4096}
+    grammar = checker.compiler.compile_json_schema(schema)
+    assert checker.accepts(grammar, json.dumps("é-" * 2048), check_masks=False)
+    assert not checker.accepts(grammar, json.dumps("é-" * 2048 + "x"), check_masks=False)

@@ -63,6 +63,103 @@ CASES = [
         [{"r": 1}, {"w": 2.5}, {"h": 3}],
         [{"r": 1, "w": 2}, {"w": 1, "h": 1}, {}, {"r": "x"}],
     ),
+    (
+        "branches typed through $ref and anyOf",
+        {
+            "$defs": {
+                "id": {
+                    "anyOf": [
+                        {"type": "string", "pattern": "^a"},
+                        {"type": "string", "pattern": "^#"},
+                    ]
+                }
+            },
+            "oneOf": [
+                {"$ref": "#/$defs/id"},
+                {"type": "object", "properties": {"id": {"$ref": "#/$defs/id"}}},
+            ],
+        },
+        ["ab", "#x", {"id": "a"}, {}],
+        ["b", 1, {"id": "b"}, None],
+    ),
+    (
+        "a required property whose patterns no string matches both",
+        {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "required": ["type", "value"],
+                    "properties": {
+                        "type": {"type": "string", "pattern": "^basic:(string|text):$"},
+                        "value": {"type": "string"},
+                    },
+                },
+                {
+                    "type": "object",
+                    "required": ["type", "value"],
+                    "properties": {
+                        "type": {"type": "string", "pattern": "^basic:int[a-z]*:$"},
+                        "value": {"type": "integer"},
+                    },
+                },
+            ]
+        },
+        [{"type": "basic:text:", "value": "x"}, {"type": "basic:integer:", "value": 1}],
+        [{"type": "basic:text:", "value": 1}, {"type": "basic:data:", "value": 1}, {}],
+    ),
+    (
+        "a discriminator required inside allOf members",
+        {
+            "$defs": {
+                "ref": {
+                    "type": "object",
+                    "required": ["type"],
+                    "properties": {"type": {"enum": ["reference"]}, "id": {"type": "string"}},
+                }
+            },
+            "oneOf": [
+                {
+                    "type": "object",
+                    "required": ["type"],
+                    "properties": {"type": {"enum": ["section"]}, "id": {"type": "integer"}},
+                },
+                {"allOf": [{"$ref": "#/$defs/ref"}, {"required": ["id"]}]},
+            ],
+        },
+        [{"type": "section", "id": 1}, {"type": "reference", "id": "x"}, {"type": "section"}],
+        [{"type": "reference"}, {"type": "section", "id": "x"}, {"type": "other"}, {}],
+    ),
+    (
+        "a required property of nested objects told apart by a constant",
+        {
+            "oneOf": [
+                {
+                    "required": ["v"],
+                    "properties": {
+                        "v": {
+                            "type": "object",
+                            "required": ["k"],
+                            "properties": {"k": {"const": 1}},
+                        },
+                        "x": {"type": "string"},
+                    },
+                },
+                {
+                    "required": ["v"],
+                    "properties": {
+                        "v": {
+                            "type": "object",
+                            "required": ["k"],
+                            "properties": {"k": {"const": 2}},
+                        }
+                    },
+                },
+            ],
+            "type": "object",
+        },
+        [{"v": {"k": 1}, "x": "s"}, {"v": {"k": 2}, "x": 3}],
+        [{"v": {"k": 3}}, {"v": {}}, {"v": {"k": 1}, "x": 3}, {"v": 5}],
+    ),
 ]
 
 
@@ -177,3 +274,43 @@ def test_astral_characters_in_exclusive_string_branches(compiler, checker):
         assert not checker.accepts(grammar, text), text
     for text in ['"x"', '"\\u0078"', '"😀😀"', '""', '"\\ud83d\\ude00😀"', '"\\ud83d\\ude01"']:
         assert checker.accepts(grammar, text), text
+
+
+ALL_OF_ALTERNATIVES = [
+    # two oneOf lists: exactly one branch of each
+    {
+        "allOf": [
+            {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+            {
+                "oneOf": [
+                    {"type": "string", "maxLength": 2},
+                    {"type": "integer", "minimum": 0},
+                    {"type": "null"},
+                ]
+            },
+        ]
+    },
+    # an anyOf beside a oneOf whose integer branches overlap (2 matches both: refused)
+    {
+        "allOf": [
+            {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            {
+                "oneOf": [
+                    {"type": "string", "maxLength": 2},
+                    {"type": "integer", "minimum": 0},
+                    {"type": "integer", "multipleOf": 2},
+                ]
+            },
+        ]
+    },
+]
+
+
+@pytest.mark.parametrize("schema", ALL_OF_ALTERNATIVES)
+def test_all_of_combines_one_of_with_other_alternatives_exactly(compiler, checker, schema):
+    from grammars.json_schema.instances import matches
+
+    grammar = compiler.compile_json_schema(schema)
+    for value in ["", "ab", "abc", -3, -2, -1, 0, 1, 2, 3, 1.5, None, True, [], {}]:
+        expected = matches(value, schema, lambda ref: None)
+        assert checker.accepts(grammar, json.dumps(value)) == expected, value

@@ -8,13 +8,8 @@ import pytest
 from grammars.array_dfa import ArrayDFA, LazyDFA, mask_bytes, packed_masks
 from grammars.automaton import NFA, NOTHING, EagerDFA, alt, cat, lit, rep
 from grammars.json_schema.core import node_size, shared
-from grammars.json_schema.strings import (
-    _STRING_CHAR,
-    _lazy_pattern,
-    _length_dfa,
-    key_except,
-    key_node,
-)
+from grammars.json_schema.counted import _STRING_CHAR, _length_dfa
+from grammars.json_schema.strings import _lazy_pattern, key_except, key_node
 from grammars.lazydfa_arrays import nfa_graph
 from grammars.regex import regex_to_node
 

@@ -148,3 +148,32 @@ def test_constants_are_checked_against_the_keywords_beside_them(checker, schema,
 def test_constants_none_of_which_match_their_siblings_admit_nothing(compiler, schema):
     with pytest.raises(GrammarError, match="admits no value"):
         compiler.compile_json_schema(schema)
+
+
+def _accepts_text(grammar, text: str) -> bool:
+    m = grammar.matcher()
+    return m.accept_string(text) and m.is_completed()
+
+
+@pytest.mark.parametrize("order", ["schema", "any"])
+def test_a_key_written_twice_is_one_property_toward_min_properties(compiler, checker, order):
+    # {"x": 1, "x": 2} is read as {"x": 2}: one property, whatever the count of members
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 2}
+    grammar = compiler.compile_json_schema(schema, property_order=order)
+    for text in ('{"x": 1, "x": 2}', '{"x": 1, "y": 2, "z": 3}', '{"a": 1}'):
+        assert not _accepts_text(grammar, text), text
+    for doc in ({"a": 1, "x": 2}, {"a": 1, "x": 2, "y": 3}):
+        assert checker.accepts(grammar, doc), doc
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "minProperties": 2},
+        {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 3},
+        {"type": "object", "properties": {"a": {}}, "minProperties": 3},
+    ],
+)
+def test_min_properties_beyond_one_unnamed_key_is_refused(compiler, schema):
+    with pytest.raises(GrammarError, match="distinct keys"):
+        compiler.compile_json_schema(schema)
