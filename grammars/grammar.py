@@ -39,7 +39,7 @@ _scratch = threading.local()  # buffers per thread for the tokens and candidates
 # _MIN_WALK_ROOM, at most _WALK_ROOM), so a small grammar's arrays stay small
 _MIN_WALK_ROOM, _WALK_ROOM = 24, 128
 _FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order
-_MASK_BLOCK = 32  # masks and walks carved from one allocation (few to free with the grammar)
+_ROW_BLOCK = 32  # rows of masks or of frame walks per allocation (few to free with a grammar)
 _NO_CANDIDATES = np.zeros(0, np.int64)
 
 
@@ -187,7 +187,9 @@ class CompiledGrammar:
         self._step_table = step_table.StepTable()  # the same steps, for compiled walks
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
-        self._block = np.zeros((0, vocab.words), np.uint32)  # rows not handed out yet (_words)
+        # masks and walks from blocks of their own: a cache cleared frees its blocks
+        self._mask_rows = _RowBlocks(vocab.words)
+        self._walk_rows = _RowBlocks(vocab.words)
         # state * vocabulary size + token id -> the state after it, for ordinary tokens read
         # once (int keys: no tuples to allocate, and nothing for the cyclic collector)
         self._token_steps: dict[int, int] = {}
@@ -313,7 +315,7 @@ class CompiledGrammar:
 
     def _compute_mask(self, ss: int) -> np.ndarray:
         vocab = self.vocab
-        words = self._words()  # bit t of word w: token 32w + t
+        words = self._mask_rows.new()  # bit t of word w: token 32w + t
         # every stack reachable without reading (pushed rules, popped frames) walks its own
         # frame; walks then only need to look for pushes and pops after the first byte
         for sid in self.closure(ss)[0]:
@@ -325,15 +327,6 @@ class CompiledGrammar:
         if self.is_complete(ss):
             _set_bits(words, vocab.eos_ids)
         return words.view("<i4")
-
-    def _words(self) -> np.ndarray:
-        """A zeroed row of the vocabulary's words, carved from a block of _MASK_BLOCK rows: the
-        masks and walks a grammar keeps are then few allocations, quick to free with it."""
-        if not len(self._block):
-            self._block = np.zeros((_MASK_BLOCK, self.vocab.words), np.uint32)
-        row = self._block[0]
-        self._block = self._block[1:]
-        return row
 
     def _check_candidates(self, ss: int, candidates: np.ndarray, words: np.ndarray) -> None:
         """Set in `words` the bits of the candidate tokens that a walk from `ss` reads to the
@@ -379,7 +372,7 @@ class CompiledGrammar:
         hit = self._walks.get(key)
         if hit is None:
             allowed, candidates = self.machine.walk(g, follow, self.vocab)
-            hit = (self._words(), candidates)
+            hit = (self._walk_rows.new(), candidates)
             hit[0][:] = allowed
             size = hit[0].nbytes + hit[1].nbytes
             if self._walk_bytes + size > _WALK_CACHE_BYTES:
@@ -426,6 +419,24 @@ def texts_accepted(rules: dict[str, tuple], root: str, texts: list[bytes]) -> li
 def _byte_vocabulary() -> Vocabulary:
     tokens = tuple(bytes([b]) for b in range(256))
     return Vocabulary(TokenizerInfo(tokens, frozenset(), frozenset(), "byte_level"))
+
+
+class _RowBlocks:
+    """Zeroed rows of `width` uint32 words carved from blocks of _ROW_BLOCK rows: the many
+    masks or walks a grammar keeps are then few allocations, quick to free with it."""
+
+    __slots__ = ("width", "rest")
+
+    def __init__(self, width: int):
+        self.width = width
+        self.rest = np.zeros((0, width), np.uint32)  # the rows not handed out yet
+
+    def new(self) -> np.ndarray:
+        if not len(self.rest):
+            self.rest = np.zeros((_ROW_BLOCK, self.width), np.uint32)
+        row = self.rest[0]
+        self.rest = self.rest[1:]
+        return row
 
 
 def _set_bits(words: np.ndarray, tokens: np.ndarray) -> None:
