@@ -125,6 +125,9 @@ class _Builder(_ContainerNodes):
         self.member_sep, self.member_key_sep = shared(self.item_sep), shared(self.key_sep)
         draft = str(root.get("$schema", "")) if isinstance(root, dict) else ""
         self.ref_siblings_apply = "2019-09" in draft or "2020-12" in draft or not draft
+        self.draft = (
+            "2019-09" if "2019-09" in draft else "2020-12" if self.ref_siblings_apply else "older"
+        )
         self.rules: dict[str, tuple] = {}
         self.property_order = "schema"  # or "any"
         self._member_rule_count = 0  # rules made of members in any order (_member_rules)
@@ -337,7 +340,12 @@ class _Builder(_ContainerNodes):
 
     def _matches(self, value, schema) -> bool | None:
         return matches(
-            value, schema, self.resolve, strict=self.strict, ref_siblings=self.ref_siblings_apply
+            value,
+            schema,
+            self.resolve,
+            strict=self.strict,
+            ref_siblings=self.ref_siblings_apply,
+            draft=self.draft,
         )
 
     def alternatives(self, schema: dict, key: str, path: str) -> tuple:

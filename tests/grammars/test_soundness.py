@@ -177,3 +177,42 @@ def test_a_key_written_twice_is_one_property_toward_min_properties(compiler, che
 def test_min_properties_beyond_one_unnamed_key_is_refused(compiler, schema):
     with pytest.raises(GrammarError, match="distinct keys"):
         compiler.compile_json_schema(schema)
+
+
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+
+
+@pytest.mark.parametrize(
+    "schema, doc",
+    [
+        # draft 7 knows no maxContains: the `not` forbids every array holding a 1
+        (
+            {
+                "$schema": DRAFT7,
+                "enum": [[1], [2]],
+                "not": {"contains": {"const": 1}, "maxContains": 0},
+            },
+            [1],
+        ),
+        # nor dependentRequired: the `not` of an empty constraint refuses everything
+        (
+            {"$schema": DRAFT7, "enum": [{"a": 1}], "not": {"dependentRequired": {"a": ["b"]}}},
+            {"a": 1},
+        ),
+        # nor prefixItems
+        (
+            {"$schema": DRAFT7, "enum": [[1, "a"]], "not": {"prefixItems": [{"type": "string"}]}},
+            [1, "a"],
+        ),
+        # draft 2020-12 knows no dependencies
+        ({"enum": [{"a": 1}], "not": {"dependencies": {"a": ["b"]}}}, {"a": 1}),
+    ],
+)
+def test_constants_beside_a_negated_keyword_of_another_draft(compiler, checker, schema, doc):
+    # the engine reads such a keyword all the same (a restriction), which under `not` would
+    # admit the constants it refuses
+    try:
+        grammar = compiler.compile_json_schema(schema)
+    except GrammarError:
+        return
+    assert not checker.accepts(grammar, doc)
