@@ -49,7 +49,7 @@ _KEYWORD_DRAFTS = {
     "maxContains": ("array", _LATER),
     "dependentRequired": ("object", _LATER),
     "dependentSchemas": ("object", _LATER),
-    "dependencies": ("object", frozenset({"older"})),
+    "dependencies": ("object", frozenset({"older", "draft-04"})),
 }
 
 
@@ -66,7 +66,7 @@ def matches(
     be decided exactly. `resolve(ref)` returns (target, key) as _Builder.resolve does; `strict`
     forbids unnamed properties and items beyond prefixItems (the compile option);
     `ref_siblings` False ignores keywords beside $ref (drafts before 2019-09). A keyword that
-    `draft` ("2020-12", "2019-09" or "older") does not define leaves the value undecided: the
+    `draft` ("2020-12", "2019-09", "draft-04" or "older") does not define leaves the value undecided: the
     engine reads it all the same, a restriction that would turn into admitting invalid values
     under `not`."""
     foreign = {k: kind for k, (kind, drafts) in _KEYWORD_DRAFTS.items() if draft not in drafts}

@@ -216,3 +216,23 @@ def test_constants_beside_a_negated_keyword_of_another_draft(compiler, checker, 
     except GrammarError:
         return
     assert not checker.accepts(grammar, doc)
+
+
+DRAFT4 = "http://json-schema.org/draft-04/schema#"
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$schema": DRAFT4, "type": "integer", "enum": [2, 1e20]},
+        {"$schema": DRAFT4, "type": "integer", "enum": [*range(40), 1e20]},  # one DFA of all
+        {"$schema": DRAFT4, "anyOf": [{"type": "integer", "const": 2}, {"const": 1e20}]},
+        {"$schema": DRAFT4, "type": "array", "items": {"type": "integer"}, "const": [2]},
+    ],
+)
+def test_draft4_integer_constants_are_written_without_a_fraction(compiler, checker, schema):
+    # draft 4 counts 2.0 and 1e+20 as numbers that are no integers
+    grammar = compiler.compile_json_schema(schema)
+    for text in ("2.0", "1e+20", "[2.0]"):
+        assert not _accepts_text(grammar, text), text
+    assert _accepts_text(grammar, "[2]" if "items" in schema else "2")
