@@ -484,7 +484,8 @@ class _Builder(_ContainerNodes):
     def _deref(self, sub, path: str):
         while isinstance(sub, dict) and "$ref" in sub:
             target, _ = self.resolve(sub["$ref"])
-            extra = {k: v for k, v in sub.items() if k != "$ref"}
+            # before draft 2019-09, keywords beside $ref are ignored
+            extra = {k: v for k, v in sub.items() if k != "$ref" and self.ref_siblings_apply}
             sub = _merge(target, extra, path) if extra else target
         return sub
 

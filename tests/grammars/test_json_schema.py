@@ -472,8 +472,7 @@ def test_property_counts_too_large_to_track_raise(compiler):
 
 
 def test_all_of_combines_two_nots_two_refs_and_differing_annotations(compiler, checker):
-    schema = {
-        "$schema": "http://json-schema.org/draft-04/schema#",
+    schema = {  # (keywords beside $ref apply from draft 2019-09 on)
         "definitions": {
             "short": {"type": "string", "maxLength": 3},
             "lower": {"type": "string", "pattern": "^[a-z]*$"},

@@ -236,3 +236,30 @@ def test_draft4_integer_constants_are_written_without_a_fraction(compiler, check
     for text in ("2.0", "1e+20", "[2.0]"):
         assert not _accepts_text(grammar, text), text
     assert _accepts_text(grammar, "[2]" if "items" in schema else "2")
+
+
+@pytest.mark.parametrize(
+    "schema, doc",
+    [
+        # the $ref is all of the first branch: it admits 1 as the second one does
+        ({"oneOf": [{"$ref": "#/definitions/any", "type": "string"}, {"type": "integer"}]}, 1),
+        (
+            {
+                "oneOf": [
+                    {"$ref": "#/definitions/any", "required": ["a"], "properties": {"a": False}},
+                    {"type": "object", "required": ["a"]},
+                ]
+            },
+            {"a": 2},
+        ),
+        ({"not": {"$ref": "#/definitions/any", "type": "string"}}, 1),
+    ],
+)
+def test_keywords_beside_a_draft7_ref_prove_nothing(compiler, checker, schema, doc):
+    # before draft 2019-09 the keywords beside $ref are ignored
+    schema = {"$schema": DRAFT7, "definitions": {"any": {}}, **schema}
+    try:
+        grammar = compiler.compile_json_schema(schema)
+    except GrammarError:
+        return
+    assert not checker.accepts(grammar, doc)
