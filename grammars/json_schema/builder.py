@@ -125,6 +125,11 @@ class _Builder(_ContainerNodes):
         self.member_sep, self.member_key_sep = shared(self.item_sep), shared(self.key_sep)
         draft = str(root.get("$schema", "")) if isinstance(root, dict) else ""
         self.ref_siblings_apply = "2019-09" in draft or "2020-12" in draft or not draft
+        self.draft = (
+            "2019-09" if "2019-09" in draft else "2020-12" if self.ref_siblings_apply else "older"
+        )
+        if "draft-04" in draft or "draft-03" in draft:
+            self.draft = "draft-04"  # where 2.0 is no integer
         self.rules: dict[str, tuple] = {}
         self.property_order = "schema"  # or "any"
         self._member_rule_count = 0  # rules made of members in any order (_member_rules)
@@ -233,13 +238,13 @@ class _Builder(_ContainerNodes):
             values = constant_values(schema, path)
             verdicts = self._verdicts(values, schema)
             if None not in verdicts:  # every constant decided on its value: no other node
-                return constants_node(list(compress(values, verdicts)), self.literal, path)
+                return self.constants(list(compress(values, verdicts)), path)
         elif any(k in schema for k in ("anyOf", "oneOf", "allOf", "__alternatives")):
             values = finite_values(schema, self.resolve, ref_siblings=self.ref_siblings_apply)
             if values is not None:  # combinators over constants: each value judged whole
                 verdicts = [self._matches(v, schema) for v in values]
                 if None not in verdicts:
-                    return constants_node(list(compress(values, verdicts)), self.literal, path)
+                    return self.constants(list(compress(values, verdicts)), path)
         if "$ref" in schema:
             siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in _ANNOTATIONS}
             if not siblings or not self.ref_siblings_apply:
@@ -277,7 +282,7 @@ class _Builder(_ContainerNodes):
                 return self.alternatives(schema, key, path)
         values = constant_values(schema, path)
         if values is not None:
-            return constants_node(self._admitted(values, schema, path), self.literal, path)
+            return self.constants(self._admitted(values, schema, path), path)
         types = _types_of(schema)
         if types is None:
             types = _implied_types(schema)
@@ -307,7 +312,7 @@ class _Builder(_ContainerNodes):
             )
         node = self.value(rest, path)
         separators = (",", ":") if self.options[0] else (self.options[1] or (", ", ": "))
-        texts = [_spellings(v, separators) for v in undecided]
+        texts = [_spellings(v, separators, self.draft == "draft-04") for v in undecided]
         flat = [t for spellings in texts for t in spellings]
         if not _has_rules(node):
             accepts = EagerDFA.from_node(node).accepts
@@ -337,7 +342,12 @@ class _Builder(_ContainerNodes):
 
     def _matches(self, value, schema) -> bool | None:
         return matches(
-            value, schema, self.resolve, strict=self.strict, ref_siblings=self.ref_siblings_apply
+            value,
+            schema,
+            self.resolve,
+            strict=self.strict,
+            ref_siblings=self.ref_siblings_apply,
+            draft=self.draft,
         )
 
     def alternatives(self, schema: dict, key: str, path: str) -> tuple:
@@ -397,7 +407,7 @@ class _Builder(_ContainerNodes):
         parts = list(nodes.values())
         if constant:
             values = [v for i in constant for v in constant_values(subs[i], path)]
-            parts.append(constants_node(values, self.literal, path))
+            parts.append(self.constants(values, path))
         return alt(*parts)
 
     def _exact_nodes(self, schemas: list, path: str) -> list:
@@ -474,7 +484,8 @@ class _Builder(_ContainerNodes):
     def _deref(self, sub, path: str):
         while isinstance(sub, dict) and "$ref" in sub:
             target, _ = self.resolve(sub["$ref"])
-            extra = {k: v for k, v in sub.items() if k != "$ref"}
+            # before draft 2019-09, keywords beside $ref are ignored
+            extra = {k: v for k, v in sub.items() if k != "$ref" and self.ref_siblings_apply}
             sub = _merge(target, extra, path) if extra else target
         return sub
 
@@ -512,12 +523,15 @@ class _Builder(_ContainerNodes):
             out[kind] = combos[kind]
         return out
 
+    def constants(self, values: list, path: str) -> tuple:
+        return constants_node(values, self.literal, path, self.draft == "draft-04")
+
     def literal(self, value, path: str) -> tuple:
         ws = self.ws
         if value is None:
             return lit("null")
         if isinstance(value, (bool, int, float)):
-            return _number_literal(value)
+            return _number_literal(value, self.draft == "draft-04")
         if isinstance(value, str):
             return _string_literal(value)
         if isinstance(value, list):
@@ -557,11 +571,25 @@ class _Builder(_ContainerNodes):
         raise GrammarError(f"type: unknown type {t!r} at {path}")
 
 
-def _spellings(value, separators) -> list[bytes]:
-    """Usual JSON texts of a constant: with and without escapes, numbers as number_texts."""
+def _spellings(value, separators, integers_only: bool) -> list[bytes]:
+    """Usual JSON texts of a constant: with and without escapes, numbers as number_texts
+    (`integers_only`: integral numbers as digits alone, as `literal` writes them then)."""
+    if integers_only:
+        value = _as_integers(value)
     texts = {json.dumps(value, ensure_ascii=True, separators=separators)}
     with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: only its escape is JSON
         texts.add(json.dumps(value, ensure_ascii=False, separators=separators).encode())
     if isinstance(value, (int, float)):
-        texts.update(number_texts(value))
+        texts.update(number_texts(value, integers_only))
     return [t if isinstance(t, bytes) else t.encode() for t in texts]
+
+
+def _as_integers(value):
+    """`value` with its integral floats made integers (2.0 as 2)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_as_integers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_integers(v) for k, v in value.items()}
+    return value

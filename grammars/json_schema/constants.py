@@ -52,9 +52,11 @@ def only_constants(schema) -> bool:
     )
 
 
-def constants_node(values: list, literal: Callable, path: str) -> tuple:
+def constants_node(
+    values: list, literal: Callable, path: str, integers_only: bool = False
+) -> tuple:
     """Any one of `values`, each spelled as `literal(value, path)` spells it (many scalars as
-    one minimal DFA of their texts: string_word, number_texts)."""
+    one minimal DFA of their texts: string_word, number_texts with `integers_only`)."""
     if len(values) < MIN_LITERAL_SET:
         return alt(*(literal(v, path) for v in values))
     words, containers = [], []
@@ -67,7 +69,9 @@ def constants_node(values: list, literal: Callable, path: str) -> tuple:
             elif value is None:
                 words.append(tuple(b"null"))
             elif isinstance(value, (bool, int, float)):
-                words.extend(tuple(text.encode("ascii")) for text in number_texts(value))
+                words.extend(
+                    tuple(text.encode("ascii")) for text in number_texts(value, integers_only)
+                )
             else:
                 containers.append(literal(value, path))
         dfa = minimal_dfa(words, char_spellings)

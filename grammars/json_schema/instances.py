@@ -40,6 +40,17 @@ _UNDECIDED_KEYWORDS = frozenset(
     {"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"}
 )
 _TYPES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
+# keywords one draft defines and another ignores (the drafts: "2020-12", "2019-09", "older"),
+# with the type of the values they judge
+_LATER = frozenset({"2019-09", "2020-12"})
+_KEYWORD_DRAFTS = {
+    "prefixItems": ("array", frozenset({"2020-12"})),
+    "minContains": ("array", _LATER),
+    "maxContains": ("array", _LATER),
+    "dependentRequired": ("object", _LATER),
+    "dependentSchemas": ("object", _LATER),
+    "dependencies": ("object", frozenset({"older", "draft-04"})),
+}
 
 
 def matches(
@@ -49,12 +60,17 @@ def matches(
     *,
     strict: bool = False,
     ref_siblings: bool = True,
+    draft: str = "2020-12",
 ) -> bool | None:
     """Whether the JSON value `value` matches `schema`: True, False, or None where that cannot
     be decided exactly. `resolve(ref)` returns (target, key) as _Builder.resolve does; `strict`
     forbids unnamed properties and items beyond prefixItems (the compile option);
-    `ref_siblings` False ignores keywords beside $ref (drafts before 2019-09)."""
-    return _Matcher(resolve, strict, ref_siblings).check(value, schema, 0)
+    `ref_siblings` False ignores keywords beside $ref (drafts before 2019-09). A keyword that
+    `draft` ("2020-12", "2019-09", "draft-04" or "older") does not define leaves the value undecided: the
+    engine reads it all the same, a restriction that would turn into admitting invalid values
+    under `not`."""
+    foreign = {k: kind for k, (kind, drafts) in _KEYWORD_DRAFTS.items() if draft not in drafts}
+    return _Matcher(resolve, strict, ref_siblings, foreign).check(value, schema, 0)
 
 
 def json_key(value):
@@ -126,8 +142,9 @@ def _count(arg) -> int | None:
 
 
 class _Matcher:
-    def __init__(self, resolve: Callable, strict: bool, ref_siblings: bool):
+    def __init__(self, resolve: Callable, strict: bool, ref_siblings: bool, foreign: dict):
         self.resolve, self.strict, self.ref_siblings = resolve, strict, ref_siblings
+        self.foreign = foreign  # keywords of another draft -> the type they judge
 
     def check(self, value, schema, depth: int) -> bool | None:
         if schema is True:
@@ -141,6 +158,8 @@ class _Matcher:
         depth += 1
         if "$ref" in schema and not self.ref_siblings:
             return self._ref(value, schema["$ref"], depth)
+        if any(self.foreign.get(k) == kind for k in schema):
+            return None
         results = []
         done = set()  # a handler reads all its keywords at once (minimum and maximum)
         for key in schema:

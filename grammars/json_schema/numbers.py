@@ -15,15 +15,18 @@ _DIGIT = byte_set((0x30, 0x39))
 _DIGIT19 = byte_set((0x31, 0x39))
 
 
-def _number_literal(value) -> tuple:
-    return alt(*(lit(text) for text in number_texts(value)))
+def _number_literal(value, integers_only: bool = False) -> tuple:
+    return alt(*(lit(text) for text in number_texts(value, integers_only)))
 
 
-def number_texts(value) -> list[str]:
+def number_texts(value, integers_only: bool = False) -> list[str]:
     """The ways a number (or boolean) constant is written: an integer with or without ".0",
-    other numbers as json.dumps writes them and without an exponent."""
+    other numbers as json.dumps writes them and without an exponent. `integers_only`: an
+    integral value only as digits (drafts 3 and 4 count 2.0 and 1e20 as no integer)."""
     if isinstance(value, bool):
         return ["true" if value else "false"]
+    if integers_only and (isinstance(value, int) or value.is_integer()):
+        return [str(int(value))]
     k = integral_value(value)
     if k is not None:
         return [str(k), f"{k}.0"]

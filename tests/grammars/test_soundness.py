@@ -177,3 +177,89 @@ def test_a_key_written_twice_is_one_property_toward_min_properties(compiler, che
 def test_min_properties_beyond_one_unnamed_key_is_refused(compiler, schema):
     with pytest.raises(GrammarError, match="distinct keys"):
         compiler.compile_json_schema(schema)
+
+
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+
+
+@pytest.mark.parametrize(
+    "schema, doc",
+    [
+        # draft 7 knows no maxContains: the `not` forbids every array holding a 1
+        (
+            {
+                "$schema": DRAFT7,
+                "enum": [[1], [2]],
+                "not": {"contains": {"const": 1}, "maxContains": 0},
+            },
+            [1],
+        ),
+        # nor dependentRequired: the `not` of an empty constraint refuses everything
+        (
+            {"$schema": DRAFT7, "enum": [{"a": 1}], "not": {"dependentRequired": {"a": ["b"]}}},
+            {"a": 1},
+        ),
+        # nor prefixItems
+        (
+            {"$schema": DRAFT7, "enum": [[1, "a"]], "not": {"prefixItems": [{"type": "string"}]}},
+            [1, "a"],
+        ),
+        # draft 2020-12 knows no dependencies
+        ({"enum": [{"a": 1}], "not": {"dependencies": {"a": ["b"]}}}, {"a": 1}),
+    ],
+)
+def test_constants_beside_a_negated_keyword_of_another_draft(compiler, checker, schema, doc):
+    # the engine reads such a keyword all the same (a restriction), which under `not` would
+    # admit the constants it refuses
+    try:
+        grammar = compiler.compile_json_schema(schema)
+    except GrammarError:
+        return
+    assert not checker.accepts(grammar, doc)
+
+
+DRAFT4 = "http://json-schema.org/draft-04/schema#"
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$schema": DRAFT4, "type": "integer", "enum": [2, 1e20]},
+        {"$schema": DRAFT4, "type": "integer", "enum": [*range(40), 1e20]},  # one DFA of all
+        {"$schema": DRAFT4, "anyOf": [{"type": "integer", "const": 2}, {"const": 1e20}]},
+        {"$schema": DRAFT4, "type": "array", "items": {"type": "integer"}, "const": [2]},
+    ],
+)
+def test_draft4_integer_constants_are_written_without_a_fraction(compiler, checker, schema):
+    # draft 4 counts 2.0 and 1e+20 as numbers that are no integers
+    grammar = compiler.compile_json_schema(schema)
+    for text in ("2.0", "1e+20", "[2.0]"):
+        assert not _accepts_text(grammar, text), text
+    assert _accepts_text(grammar, "[2]" if "items" in schema else "2")
+
+
+@pytest.mark.parametrize(
+    "schema, doc",
+    [
+        # the $ref is all of the first branch: it admits 1 as the second one does
+        ({"oneOf": [{"$ref": "#/definitions/any", "type": "string"}, {"type": "integer"}]}, 1),
+        (
+            {
+                "oneOf": [
+                    {"$ref": "#/definitions/any", "required": ["a"], "properties": {"a": False}},
+                    {"type": "object", "required": ["a"]},
+                ]
+            },
+            {"a": 2},
+        ),
+        ({"not": {"$ref": "#/definitions/any", "type": "string"}}, 1),
+    ],
+)
+def test_keywords_beside_a_draft7_ref_prove_nothing(compiler, checker, schema, doc):
+    # before draft 2019-09 the keywords beside $ref are ignored
+    schema = {"$schema": DRAFT7, "definitions": {"any": {}}, **schema}
+    try:
+        grammar = compiler.compile_json_schema(schema)
+    except GrammarError:
+        return
+    assert not checker.accepts(grammar, doc)
