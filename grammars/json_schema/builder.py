@@ -360,10 +360,7 @@ class _Builder(_ContainerNodes):
         subs = []
         for i, sub in enumerate(branches):
             if _constrains(base):
-                if isinstance(sub, dict) and "$ref" in sub:
-                    target, _ = self.resolve(sub["$ref"])
-                    sub = target
-                sub = _merge(base, sub, f"{path}/{key}/{i}")
+                sub = _merge(base, self._deref(sub, path), f"{path}/{key}/{i}")
             subs.append(sub)
         constant = [i for i, sub in enumerate(subs) if only_constants(sub)]
         if len(constant) < MIN_LITERAL_SET:

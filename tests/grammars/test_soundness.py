@@ -263,3 +263,17 @@ def test_keywords_beside_a_draft7_ref_prove_nothing(compiler, checker, schema, d
     except GrammarError:
         return
     assert not checker.accepts(grammar, doc)
+
+
+@pytest.mark.parametrize("key", ["anyOf", "oneOf"])
+def test_keywords_beside_a_branch_ref_hold_where_the_branch_takes_keywords_beside_it(
+    compiler, checker, key
+):
+    schema = {
+        "$defs": {"any": {}},
+        "type": "integer",
+        key: [{"$ref": "#/$defs/any", "minimum": 5}, {"maximum": -5}],
+    }
+    grammar = compiler.compile_json_schema(schema)
+    assert not checker.accepts(grammar, "0")
+    assert checker.accepts(grammar, "6")
