@@ -277,3 +277,21 @@ def test_keywords_beside_a_branch_ref_hold_where_the_branch_takes_keywords_besid
     grammar = compiler.compile_json_schema(schema)
     assert not checker.accepts(grammar, "0")
     assert checker.accepts(grammar, "6")
+
+
+def test_a_local_ref_inside_a_subschema_with_its_own_id_is_refused(compiler):
+    # "#/$defs/b" inside the subschema with $id names that subschema's own b (integers), not
+    # the root's (strings)
+    schema = {
+        "$defs": {
+            "b": {"type": "string"},
+            "a": {
+                "$id": "http://other/a.json",
+                "$defs": {"b": {"type": "integer"}},
+                "$ref": "#/$defs/b",
+            },
+        },
+        "$ref": "#/$defs/a",
+    }
+    with pytest.raises(GrammarError, match="its own"):
+        compiler.compile_json_schema(schema)
