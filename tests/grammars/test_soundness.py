@@ -295,3 +295,11 @@ def test_a_local_ref_inside_a_subschema_with_its_own_id_is_refused(compiler):
     }
     with pytest.raises(GrammarError, match="its own"):
         compiler.compile_json_schema(schema)
+
+
+def test_strict_mode_does_not_widen_a_negated_schema(compiler):
+    # {"b": 1} has no property a, so it matches the negated schema: strict mode must not read
+    # the negated schema as closed to b
+    schema = {"enum": [{"b": 1}, {"a": 1}], "not": {"properties": {"a": {}}}}
+    with pytest.raises(GrammarError, match="no value"):
+        compiler.compile_json_schema(schema, strict_mode=True)
