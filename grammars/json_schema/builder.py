@@ -41,6 +41,7 @@ from grammars.json_schema.core import (
     _implied_types,
     _json_type,
     _types_of,
+    check_ref_scopes,
     node_size,
     shared,
 )
@@ -130,6 +131,7 @@ class _Builder(_ContainerNodes):
         )
         if "draft-04" in draft or "draft-03" in draft:
             self.draft = "draft-04"  # where 2.0 is no integer
+        check_ref_scopes(root, "id" if self.draft == "draft-04" else "$id")
         self.rules: dict[str, tuple] = {}
         self.property_order = "schema"  # or "any"
         self._member_rule_count = 0  # rules made of members in any order (_member_rules)
@@ -360,10 +362,7 @@ class _Builder(_ContainerNodes):
         subs = []
         for i, sub in enumerate(branches):
             if _constrains(base):
-                if isinstance(sub, dict) and "$ref" in sub:
-                    target, _ = self.resolve(sub["$ref"])
-                    sub = target
-                sub = _merge(base, sub, f"{path}/{key}/{i}")
+                sub = _merge(base, self._deref(sub, path), f"{path}/{key}/{i}")
             subs.append(sub)
         constant = [i for i, sub in enumerate(subs) if only_constants(sub)]
         if len(constant) < MIN_LITERAL_SET:

@@ -249,3 +249,31 @@ def _json_type(v) -> str:
     if isinstance(v, list):
         return "array"
     return "object"
+
+
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
+
+
+def check_ref_scopes(schema, id_key: str = "$id", scoped: bool = False) -> None:
+    """Raise GrammarError where a local $ref sits inside a subschema with an $id (`id_key`: id
+    in drafts 3 and 4) of its own: the reference is read against that subschema, and resolving
+    it from the root document would read another schema."""
+    if isinstance(schema, list):
+        for item in schema:
+            check_ref_scopes(item, id_key, scoped)
+        return
+    if not isinstance(schema, dict):
+        return
+    if scoped and isinstance(schema.get("$ref"), str) and schema["$ref"].startswith("#"):
+        raise GrammarError(
+            f"$ref: {schema['$ref']!r} inside a subschema with an $id of its own is not supported"
+        )
+    for key, sub in schema.items():
+        if key in _DATA_KEYWORDS:
+            continue
+        if isinstance(sub, dict):
+            base = sub.get(id_key)
+            inner = scoped or (isinstance(base, str) and not base.startswith("#") and base != "")
+            check_ref_scopes(sub, id_key, inner)
+        elif isinstance(sub, list):
+            check_ref_scopes(sub, id_key, scoped)

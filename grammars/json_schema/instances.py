@@ -70,7 +70,13 @@ def matches(
     engine reads it all the same, a restriction that would turn into admitting invalid values
     under `not`."""
     foreign = {k: kind for k, (kind, drafts) in _KEYWORD_DRAFTS.items() if draft not in drafts}
-    return _Matcher(resolve, strict, ref_siblings, foreign).check(value, schema, 0)
+    exact = _Matcher(resolve, False, ref_siblings, foreign).check(value, schema, 0)
+    if not strict or exact is False:
+        return exact
+    # strict narrows what the schema admits, but under not or oneOf it would widen it: a value
+    # is kept only where it matches both readings
+    narrowed = _Matcher(resolve, True, ref_siblings, foreign).check(value, schema, 0)
+    return _all([exact, narrowed])
 
 
 def json_key(value):

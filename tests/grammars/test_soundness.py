@@ -263,3 +263,43 @@ def test_keywords_beside_a_draft7_ref_prove_nothing(compiler, checker, schema, d
     except GrammarError:
         return
     assert not checker.accepts(grammar, doc)
+
+
+@pytest.mark.parametrize("key", ["anyOf", "oneOf"])
+def test_keywords_beside_a_branch_ref_hold_where_the_branch_takes_keywords_beside_it(
+    compiler, checker, key
+):
+    schema = {
+        "$defs": {"any": {}},
+        "type": "integer",
+        key: [{"$ref": "#/$defs/any", "minimum": 5}, {"maximum": -5}],
+    }
+    grammar = compiler.compile_json_schema(schema)
+    assert not checker.accepts(grammar, "0")
+    assert checker.accepts(grammar, "6")
+
+
+def test_a_local_ref_inside_a_subschema_with_its_own_id_is_refused(compiler):
+    # "#/$defs/b" inside the subschema with $id names that subschema's own b (integers), not
+    # the root's (strings)
+    schema = {
+        "$defs": {
+            "b": {"type": "string"},
+            "a": {
+                "$id": "http://other/a.json",
+                "$defs": {"b": {"type": "integer"}},
+                "$ref": "#/$defs/b",
+            },
+        },
+        "$ref": "#/$defs/a",
+    }
+    with pytest.raises(GrammarError, match="its own"):
+        compiler.compile_json_schema(schema)
+
+
+def test_strict_mode_does_not_widen_a_negated_schema(compiler):
+    # {"b": 1} has no property a, so it matches the negated schema: strict mode must not read
+    # the negated schema as closed to b
+    schema = {"enum": [{"b": 1}, {"a": 1}], "not": {"properties": {"a": {}}}}
+    with pytest.raises(GrammarError, match="no value"):
+        compiler.compile_json_schema(schema, strict_mode=True)
