@@ -297,14 +297,10 @@ class _Builder(_ContainerNodes):
         a sibling enum; a value of another type, out of bounds or of the wrong shape is
         dropped): those the node of the other keywords accepts. That node is sound, so a value
         kept matches them; a valid value it refuses (a restriction) is dropped too."""
-        rest = {k: v for k, v in schema.items() if k not in ("const", "enum")}
-        if "const" in schema and "enum" in schema:
-            rest["enum"] = schema["enum"]
-        if not _constrains(rest) or (
-            set(rest) - _ANNOTATIONS == {"type"} and "const" not in schema
-        ):
-            return values  # constant_values has already dropped the enum members of other types
-        verdicts = self._verdicts(values, schema)
+        rest = _beside_constants(schema)
+        if rest is None:
+            return values
+        verdicts = [self._matches(v, rest) for v in values]
         undecided = [v for v, known in zip(values, verdicts) if known is None]
         if not undecided:
             return list(compress(values, verdicts))
@@ -335,12 +331,8 @@ class _Builder(_ContainerNodes):
     def _verdicts(self, values: list, schema: dict) -> list:
         """instances.matches of each constant against the keywords beside const / enum (the
         constants of an enum are its members already; a const must be in a sibling enum)."""
-        rest = {k: v for k, v in schema.items() if k != ("const" if "const" in schema else "enum")}
-        if not _constrains(rest) or (
-            set(rest) - _ANNOTATIONS == {"type"} and "const" not in schema
-        ):  # constant_values has already dropped the enum members of other types
-            return [True] * len(values)
-        return [self._matches(v, rest) for v in values]
+        rest = _beside_constants(schema)
+        return [True] * len(values) if rest is None else [self._matches(v, rest) for v in values]
 
     def _matches(self, value, schema) -> bool | None:
         return matches(
@@ -568,6 +560,16 @@ class _Builder(_ContainerNodes):
         if t == "object":
             return self.object_node(schema, path)
         raise GrammarError(f"type: unknown type {t!r} at {path}")
+
+
+def _beside_constants(schema: dict) -> dict | None:
+    """The keywords beside const / enum that its constants must also match (a const's sibling
+    enum among them); None where nothing but "type" stands beside an enum (constant_values has
+    already dropped its members of other types)."""
+    rest = {k: v for k, v in schema.items() if k != ("const" if "const" in schema else "enum")}
+    if not _constrains(rest) or (set(rest) - _ANNOTATIONS == {"type"} and "const" not in schema):
+        return None
+    return rest
 
 
 def _spellings(value, separators, integers_only: bool) -> list[bytes]:

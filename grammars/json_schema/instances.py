@@ -102,21 +102,21 @@ def _equal(a, b) -> bool | None:
 
 def _all(results) -> bool | None:
     """Three-valued and: False as soon as one is False."""
-    out = True
-    for r in results:
-        if r is False:
-            return False
-        if r is None:
-            out = None
-    return out
+    return _settled(results, False)
 
 
 def _any(results) -> bool | None:
     """Three-valued or: True as soon as one is True."""
-    out = False
+    return _settled(results, True)
+
+
+def _settled(results, decisive: bool) -> bool | None:
+    """`decisive` as soon as one result is; otherwise None if one is unknown, else its
+    opposite."""
+    out = not decisive
     for r in results:
-        if r is True:
-            return True
+        if r is decisive:
+            return decisive
         if r is None:
             out = None
     return out
