@@ -113,7 +113,7 @@ class GrammarCompiler:
             if isinstance(schema, str):
                 check_text_depth(schema, MAX_SCHEMA_DEPTH)  # before json.loads recurses
                 try:
-                    schema = json.loads(schema)
+                    schema = json.loads(schema, parse_constant=_not_json)
                 except ValueError as exc:  # not JSON, or a number too long to read
                     raise GrammarError(f"schema is not valid JSON: {exc}") from None
             # before json.dumps and the builder recurse
@@ -237,6 +237,10 @@ def _machine(build) -> Machine:
     finally:
         if collecting:
             gc.enable()
+
+
+def _not_json(name: str):
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _check_size(budget: CompileBudget | None, text: str) -> None:

@@ -42,8 +42,8 @@ class _ContainerNodes:
     strict and separators (ws, item_sep, key_sep and their _push forms)."""
 
     def array_node(self, schema: dict, path: str) -> tuple:
-        lo = schema.get("minItems", 0)
-        hi = schema.get("maxItems")
+        lo = _count(schema, "minItems", 0, path)
+        hi = _count(schema, "maxItems", None, path)
         if not isinstance(schema.get("uniqueItems", False), bool):
             raise GrammarError(f"uniqueItems must be a boolean at {path}")
         if "contains" in schema and _count(schema, "minContains", 1, path) > 0:
@@ -380,7 +380,9 @@ def _count(schema: dict, key: str, default, path: str):
     value = schema.get(key, default)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if value is not default and (isinstance(value, bool) or not isinstance(value, int)):
+    if value is not default and (
+        isinstance(value, bool) or not isinstance(value, int) or value < 0
+    ):
         raise GrammarError(f"{key} must be a non-negative integer at {path}")
     return value
 

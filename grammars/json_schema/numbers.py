@@ -23,6 +23,8 @@ def number_texts(value, integers_only: bool = False) -> list[str]:
     """The ways a number (or boolean) constant is written: an integer with or without ".0",
     other numbers as json.dumps writes them and without an exponent. `integers_only`: an
     integral value only as digits (drafts 3 and 4 count 2.0 and 1e20 as no integer)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise GrammarError(f"{value} is not a JSON number")
     if isinstance(value, bool):
         return ["true" if value else "false"]
     if integers_only and (isinstance(value, int) or value.is_integer()):

@@ -303,3 +303,21 @@ def test_strict_mode_does_not_widen_a_negated_schema(compiler):
     schema = {"enum": [{"b": 1}, {"a": 1}], "not": {"properties": {"a": {}}}}
     with pytest.raises(GrammarError, match="no value"):
         compiler.compile_json_schema(schema, strict_mode=True)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        '{"const": NaN}',
+        '{"enum": [1, Infinity]}',
+        {"const": float("nan")},
+        {"enum": ["a", float("-inf")]},
+        {"type": "object", "properties": {"a": {}}, "minProperties": -1},
+        {"type": "array", "minItems": -2},
+        {"type": "array", "maxItems": "3"},
+    ],
+)
+def test_values_json_cannot_write_and_negative_counts_are_refused(compiler, schema):
+    # NaN and Infinity are no JSON: a grammar of them would write text no parser reads
+    with pytest.raises(GrammarError):
+        compiler.compile_json_schema(schema)
