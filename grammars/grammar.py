@@ -20,7 +20,7 @@ from array import array
 
 import numpy as np
 
-from grammars import lazydfa, lazydfa_arrays, lazydfa_chain, nfa_passes, step_table
+from grammars import fastcall, lazydfa, lazydfa_arrays, lazydfa_chain, nfa_passes, pda
 from grammars.automaton import NFA
 from grammars.errors import GrammarError
 from grammars.tokenizer_info import TokenizerInfo
@@ -77,7 +77,7 @@ class Machine:
     def _run(self, kernel, *args):
         """Call a kernel, growing the arrays and calling again while it runs out of room."""
         while True:
-            out = kernel(self.arrays, self.dfa, *args)
+            out = fastcall.call(kernel, self.arrays, self.dfa, *args)
             code = out[0] if isinstance(out, tuple) else out
             if code != lazydfa.NEED_SPACE:
                 return out
@@ -177,14 +177,12 @@ class CompiledGrammar:
         self.machine = machine
         self.vocab = vocab
         self.description = description
-        self._stack_index: dict[tuple[int, int], int] = {}
-        self._stacks: list[tuple[int, int]] = []
-        self._depth: list[int] = []
-        self._set_index: dict[frozenset, int] = {frozenset(): 0}
-        self._sets: list[frozenset] = [frozenset()]
+        self._pda = pda.new_arrays(_MAX_STACK_DEPTH)
+        self._rule_start = np.array(machine.rule_start, np.int64)
+        self._singles: dict[int, int] = {}  # stack -> the set of it alone
+        # Python copies of what the arrays hold, for lookups without a compiled call
         self._closures: dict[int, tuple[tuple[int, ...], bool]] = {}
         self._steps: dict[int, int] = {}
-        self._step_table = step_table.StepTable()  # the same steps, for compiled walks
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
         # masks and walks from blocks of their own: a cache cleared frees its blocks
@@ -198,32 +196,40 @@ class CompiledGrammar:
         self._mask_cap = max(256, _MASK_CACHE_BYTES // (4 * vocab.words))
         self._walk_bytes = 0  # held by _walks (packed tokens and candidate ids)
         root = machine.rule_start[machine.root]
-        self.initial = self._stackset(frozenset([self._stack(root, -1)]))
+        with self._lock:
+            self.initial = self._single(self._call(pda.stack_of, root, -1))
 
     def matcher(self) -> GrammarMatcher:
         return GrammarMatcher(self)
 
-    # -- interning ----------------------------------------------------------------------------
-    def _stack(self, g: int, parent: int) -> int:
-        key = (g, parent)
-        sid = self._stack_index.get(key)
-        if sid is None:
-            depth = 1 + (self._depth[parent] if parent >= 0 else 0)
-            if depth > _MAX_STACK_DEPTH:
+    # -- pushdown automaton (pda.py builds the stacks, sets, closures and steps) ---------------
+    def _call(self, kernel, *args) -> int:
+        """Call a pda kernel (under the lock), growing the arrays and calling again while it
+        runs out of room."""
+        m = self.machine
+        while True:
+            out = fastcall.call(kernel, m.arrays, m.dfa, self._pda, self._rule_start, *args)
+            if out >= 0:
+                return out
+            if out == lazydfa.NEED_SPACE:
+                m.dfa = lazydfa_arrays.grown(m.dfa)
+            elif out == pda.PDA_SPACE:
+                self._pda = pda.grown(self._pda)
+            else:
                 raise GrammarError("grammar nesting too deep")
-            sid = self._stack_index[key] = len(self._stacks)
-            self._stacks.append(key)
-            self._depth.append(depth)
-        return sid
 
-    def _stackset(self, members: frozenset) -> int:
-        ss = self._set_index.get(members)
+    def _frame(self, sid: int) -> tuple[int, int]:
+        """Stack sid's top frame (a DFA state) and parent stack (-1: none)."""
+        p = self._pda
+        return int(p.st_g[sid]), int(p.st_parent[sid])
+
+    def _single(self, sid: int) -> int:
+        ss = self._singles.get(sid)
         if ss is None:
-            ss = self._set_index[members] = len(self._sets)
-            self._sets.append(members)
+            with self._lock:
+                ss = self._singles[sid] = self._call(pda.single_of, sid)
         return ss
 
-    # -- pushdown automaton -------------------------------------------------------------------
     def closure(self, ss: int) -> tuple[tuple[int, ...], bool]:
         """Stacks reachable without reading a byte (push rules, pop finished ones) and whether
         the whole grammar can end here."""
@@ -232,57 +238,30 @@ class CompiledGrammar:
             return hit
         with self._lock:
             hit = self._closures.get(ss)
-            return hit if hit is not None else self._new_closure(ss)
-
-    def _new_closure(self, ss: int) -> tuple[tuple[int, ...], bool]:
-        m = self.machine
-        todo = list(self._sets[ss])
-        seen = set(todo)
-        complete = False
-        while todo:
-            sid = todo.pop()
-            g, parent = self._stacks[sid]
-            for r, ret in m.pushes(g):
-                child = self._stack(m.rule_start[r], self._stack(ret, parent))
-                if child not in seen:
-                    seen.add(child)
-                    todo.append(child)
-            if m.accept[g]:
-                if parent < 0:
-                    complete = True
-                elif parent not in seen:
-                    seen.add(parent)
-                    todo.append(parent)
-        hit = self._closures[ss] = (tuple(seen), complete)
-        return hit
+            if hit is None:
+                self._call(pda.closure, ss)
+                p = self._pda
+                a, n = int(p.cl_start[ss]), int(p.cl_len[ss])
+                members = tuple(p.cl_mem[a : a + n].tolist())
+                hit = self._closures[ss] = (members, bool(p.cl_complete[ss]))
+            return hit
 
     def step(self, ss: int, b: int) -> int:
         key = ss << 8 | b
         out = self._steps.get(key)
-        if out is not None:
-            return out
-        with self._lock:
-            out = self._steps.get(key)
-            return out if out is not None else self._new_step(ss, b)
-
-    def _new_step(self, ss: int, b: int) -> int:
-        key = ss << 8 | b
-        m = self.machine
-        nxt = set()
-        for sid in self.closure(ss)[0]:
-            g, parent = self._stacks[sid]
-            t = m.row(g)[b]
-            if t:
-                nxt.add(self._stack(t, parent))
-        out = self._steps[key] = self._stackset(frozenset(nxt))
-        self._step_table.put(key, out)
+        if out is None:
+            with self._lock:
+                out = self._steps[key] = self._call(pda.step, ss, b)
         return out
 
     def walk(self, ss: int, data: bytes) -> int:
         steps = self._steps
-        for b in data:
+        for i, b in enumerate(data):
             nxt = steps.get(ss << 8 | b)  # step(), without the call when known
-            ss = self.step(ss, b) if nxt is None else nxt
+            if nxt is None:  # the rest in one compiled call
+                with self._lock:
+                    return self._call(pda.walk, ss, np.frombuffer(data[i:], np.uint8))
+            ss = nxt
             if not ss:
                 return 0
         return ss
@@ -297,7 +276,7 @@ class CompiledGrammar:
                 m = self.machine
                 mask = set()
                 for sid in self.closure(ss)[0]:
-                    mask.update(m.live(self._stacks[sid][0]))
+                    mask.update(m.live(self._frame(sid)[0]))
                 out = self._live[ss] = sorted(mask)
         return out
 
@@ -319,11 +298,11 @@ class CompiledGrammar:
         # every stack reachable without reading (pushed rules, popped frames) walks its own
         # frame; walks then only need to look for pushes and pops after the first byte
         for sid in self.closure(ss)[0]:
-            g, parent = self._stacks[sid]
+            g, parent = self._frame(sid)
             frame, candidates = self._walk_frame(g, parent)
             words |= frame
             if len(candidates):
-                self._check_candidates(self._stackset(frozenset([sid])), candidates, words)
+                self._check_candidates(self._single(sid), candidates, words)
         if self.is_complete(ss):
             _set_bits(words, vocab.eos_ids)
         return words.view("<i4")
@@ -341,22 +320,12 @@ class CompiledGrammar:
             return
         trie = vocab.trie
         rows = np.sort(vocab.row_of[candidates])
-        found_rows = np.empty(len(rows), np.int64)
-        pending = np.empty(len(rows), np.int64)
-        missing = np.empty((len(rows), 2), np.int64)
-        meta = np.zeros(2, np.int64)
+        found = np.empty(len(rows), np.int64)
         states = np.empty(vocab.max_len + 1, np.int64)
         states[0] = ss
-        while len(rows):  # compiled walks through the steps made so far; Python makes the rest
-            keys, vals = self._step_table.arrays()
-            n = step_table.check_rows(
-                rows, lazydfa.shared_prefixes(trie.lcp, rows), trie.data, trie.ptr, keys, vals,
-                states, found_rows, pending, missing, meta,
-            )  # fmt: skip
-            for cur, b in missing[: meta[1]].tolist():
-                self.step(cur, b)
-            rows = pending[:n].copy()
-        _set_bits(words, trie.ids[found_rows[: meta[0]]])
+        shared = fastcall.call(lazydfa.shared_prefixes, trie.lcp, rows)
+        n = self._call(pda.check_rows, rows, shared, trie.data, trie.ptr, states, found)
+        _set_bits(words, trie.ids[found[:n]])
 
     def _walk_frame(self, g: int, parent: int) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the
@@ -367,7 +336,7 @@ class CompiledGrammar:
         follow = None
         if parent >= 0:
             follow = np.zeros(256, np.bool_)
-            follow[self.live_bytes(self._stackset(frozenset([parent])))] = True
+            follow[self.live_bytes(self._single(parent))] = True
         key = (g, None if follow is None else follow.tobytes())
         hit = self._walks.get(key)
         if hit is None:

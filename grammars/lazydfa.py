@@ -72,24 +72,54 @@ def _closure(nfa, seeds, n_seeds):
                 mark[y] = meta_gen
                 stack[top] = y
                 top += 1
-    if k > 16:
-        out[:k] = np.sort(out[:k])
-    else:  # few members: sorted in place
-        for i in range(1, k):
-            x, j = out[i], i - 1
-            while j >= 0 and out[j] > x:
-                out[j + 1] = out[j]
-                j -= 1
-            out[j + 1] = x
+    sort_in_place(out, k)
     return k
 
 
 @njit(cache=True, nogil=True)
-def _hash(members, k):
+def sort_in_place(buf, k):
+    """Sort buf[:k]."""
+    if k > 16:
+        buf[:k] = np.sort(buf[:k])
+    else:  # few members: an insertion sort
+        for i in range(1, k):
+            x, j = buf[i], i - 1
+            while j >= 0 and buf[j] > x:
+                buf[j + 1] = buf[j]
+                j -= 1
+            buf[j + 1] = x
+
+
+@njit(cache=True, nogil=True)
+def hash_members(members, k):
     h = np.int64(1469598103934665603)
     for i in range(k):
         h = (h ^ np.int64(members[i])) * np.int64(1099511628211)
     return h
+
+
+@njit(cache=True, nogil=True)
+def find_members(hkey, hcode, ptr, mem, members, k):
+    """In an interning table (hkey: ids by slot, -1 empty; hcode: their hashes; the members of
+    id s are mem[ptr[s]:ptr[s + 1]]): (the id whose members are members[:k], or -1; the slot
+    where the search ended; the hash of the members)."""
+    h = hash_members(members, k)
+    size = hkey.shape[0]
+    slot = h & (size - 1)
+    while hkey[slot] >= 0:
+        s = hkey[slot]
+        if hcode[slot] == h:
+            a = ptr[s]
+            if ptr[s + 1] - a == k:
+                same = True
+                for i in range(k):
+                    if mem[a + i] != members[i]:
+                        same = False
+                        break
+                if same:
+                    return s, slot, h
+        slot = (slot + 1) & (size - 1)
+    return -1, slot, h
 
 
 @njit(cache=True, nogil=True)
@@ -98,25 +128,16 @@ def _intern(nfa, dfa, k):
     if k == 0:
         return 0
     members = nfa.buf
-    h = _hash(members, k)
-    size = dfa.hkey.shape[0]
-    slot = h & (size - 1)
-    while dfa.hkey[slot] >= 0:
-        s = dfa.hkey[slot]
-        if dfa.hcode[slot] == h:
-            a = dfa.m_ptr[s]
-            if dfa.m_ptr[s + 1] - a == k:
-                same = True
-                for i in range(k):
-                    if dfa.mem[a + i] != members[i]:
-                        same = False
-                        break
-                if same:
-                    return s
-        slot = (slot + 1) & (size - 1)
+    s, slot, h = find_members(dfa.hkey, dfa.hcode, dfa.m_ptr, dfa.mem, members, k)
+    if s >= 0:
+        return s
     n = dfa.meta[_STATES]
     used = dfa.meta[_MEM]
-    if n + 1 >= dfa.accept.shape[0] or used + k > dfa.mem.shape[0] or 2 * (n + 1) > size:
+    if (
+        n + 1 >= dfa.accept.shape[0]
+        or used + k > dfa.mem.shape[0]
+        or 2 * (n + 1) > dfa.hkey.shape[0]
+    ):
         dfa.meta[_WANT] = k
         return NEED_SPACE
     accept = False
@@ -564,7 +585,7 @@ def rehash(dfa):
     size = dfa.hkey.shape[0]
     for s in range(1, dfa.meta[_STATES]):
         a = dfa.m_ptr[s]
-        h = _hash(dfa.mem[a:], dfa.m_ptr[s + 1] - a)
+        h = hash_members(dfa.mem[a:], dfa.m_ptr[s + 1] - a)
         slot = h & (size - 1)
         while dfa.hkey[slot] >= 0:
             slot = (slot + 1) & (size - 1)

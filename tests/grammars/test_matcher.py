@@ -344,18 +344,21 @@ def test_trie_subtree_ends(tokens):
             assert trie.ends[trie.ptr[j] + i] == end
 
 
-def test_step_table_keeps_every_step_through_growth():
-    from grammars.step_table import StepTable, _slot
+def test_pushdown_arrays_keep_every_stack_set_and_step_through_growth(compiler):
+    """The stacks, sets and steps of pda.py start small and grow (rehashing their tables)
+    while a deeply nested document is read: every step made before a growth is still found
+    after it, with the same result."""
+    from grammars import pda
 
-    table = StepTable(capacity=4)
-    rng = np.random.default_rng(0)
-    keys = rng.choice(1 << 40, size=3000, replace=False)
-    for i, key in enumerate(keys.tolist()):
-        table.put(key, i + 1)
-        if i in (0, 1, 5, 100):  # moved into the arrays in batches of several sizes
-            table.arrays()
-    table_keys, table_vals = table.arrays()
-    assert table.size == 3000 and len(table_keys) >= 6000
-    for i, key in enumerate(keys.tolist()):
-        assert table_vals[_slot(table_keys, key)] == i + 1
-    assert table_keys[_slot(table_keys, (1 << 41) + 5)] == -1  # a key never put is missing
+    grammar = compiler.compile_ebnf('start: "(" start ")" | "x"')
+    start = grammar._pda.st_g.shape[0]
+    m = grammar.matcher()
+    assert m.accept_string("(" * 600 + "x" + ")" * 600)
+    assert m.is_completed()
+    p = grammar._pda
+    assert p.st_g.shape[0] > start and int(p.meta[pda._STACKS]) > 600
+    for key, val in grammar._steps.items():
+        slot = pda._step_slot(p.step_keys, key)
+        assert p.step_keys[slot] == key and p.step_vals[slot] == val
+    assert p.step_keys[pda._step_slot(p.step_keys, (1 << 41) + 5)] == -1
+    assert not grammar.matcher().accept_string("(" * 10 + "x" + ")" * 11)

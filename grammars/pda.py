@@ -1,0 +1,364 @@
+"""The pushdown layer of a compiled grammar in arrays, built by compiled code.
+
+A stack is a frame (a DFA state of lazydfa) over a parent stack, interned to an id; a matcher
+state is a set of stacks, interned to an id (0: the empty set, a dead state). From a set, the
+closure is every stack reachable without reading (rules pushed, finished frames popped), and a
+step reads one byte in every stack of the closure. Closures and steps are made once and kept:
+the closures in a flat array, the steps in an open-addressing table keyed by set << 8 | byte,
+so that the candidate check of a mask (check_rows) walks tokens through steps it makes itself,
+in one compiled call, instead of returning to Python for each new one.
+
+Every kernel returns NEED_SPACE when the DFA arrays are full, PDA_SPACE when these are, and
+TOO_DEEP past the nesting limit; the caller grows the arrays and calls again, which is safe
+because kernels only add.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+
+from grammars.lazydfa import (
+    NEED_SPACE,
+    find_members,
+    hash_members,
+    materialize,
+    njit,
+    pushes,
+    sort_in_place,
+)
+
+PDA_SPACE = -3
+TOO_DEEP = -2
+EMPTY = -1
+# meta slots
+_STACKS, _SETS, _SET_MEM, _CL_MEM, _STEPS, _GEN, _DEPTH = range(7)
+
+PDAArrays = namedtuple(
+    "PDAArrays",
+    "st_g st_parent st_depth st_hkey set_ptr set_mem set_hkey set_hcode cl_start cl_len "
+    "cl_complete cl_mem step_keys step_vals mark work buf meta",
+)
+
+
+def new_arrays(max_depth: int, stacks: int = 256, sets: int = 256) -> PDAArrays:
+    meta = np.zeros(8, np.int64)
+    meta[_SETS] = 1  # set 0: the empty set
+    meta[_DEPTH] = max_depth
+    pda = PDAArrays(
+        st_g=np.zeros(stacks, np.int64),
+        st_parent=np.zeros(stacks, np.int64),
+        st_depth=np.zeros(stacks, np.int64),
+        st_hkey=np.full(4 * stacks, EMPTY, np.int64),
+        set_ptr=np.zeros(sets + 1, np.int64),
+        set_mem=np.zeros(4 * sets, np.int64),
+        set_hkey=np.full(4 * sets, EMPTY, np.int64),
+        set_hcode=np.zeros(4 * sets, np.int64),
+        cl_start=np.zeros(sets, np.int64),
+        cl_len=np.full(sets, EMPTY, np.int64),
+        cl_complete=np.zeros(sets, np.bool_),
+        cl_mem=np.zeros(4 * sets, np.int64),
+        step_keys=np.full(8 * sets, EMPTY, np.int64),
+        step_vals=np.zeros(8 * sets, np.int64),
+        mark=np.zeros(stacks, np.int64),
+        work=np.zeros(stacks, np.int64),
+        buf=np.zeros(stacks, np.int64),
+        meta=meta,
+    )
+    return pda
+
+
+def grown(pda: PDAArrays) -> PDAArrays:
+    """Copies of the arrays, each at least twice as large as it needs to be for what it holds
+    (the tables at most a quarter full), so that the call that ran out of room fits."""
+    m = pda.meta
+    stacks, sets = int(m[_STACKS]), int(m[_SETS])
+    st_cap = max(pda.st_g.shape[0], 2 * stacks + 64)
+    set_cap = max(pda.cl_len.shape[0], 2 * sets + 64)
+    st_table, set_table = _pow2(4 * st_cap), _pow2(4 * set_cap)
+    step_table = _pow2(max(pda.step_keys.shape[0], 8 * int(m[_STEPS]) + 64))
+
+    def bigger(arr, size, fill=0):
+        if size <= arr.shape[0]:
+            return arr
+        out = np.full(size, fill, arr.dtype)
+        out[: arr.shape[0]] = arr
+        return out
+
+    out = PDAArrays(
+        st_g=bigger(pda.st_g, st_cap),
+        st_parent=bigger(pda.st_parent, st_cap),
+        st_depth=bigger(pda.st_depth, st_cap),
+        st_hkey=np.full(st_table, EMPTY, np.int64),
+        set_ptr=bigger(pda.set_ptr, set_cap + 1),
+        set_mem=bigger(pda.set_mem, 2 * int(m[_SET_MEM]) + 4 * st_cap),
+        set_hkey=np.full(set_table, EMPTY, np.int64),
+        set_hcode=np.zeros(set_table, np.int64),
+        cl_start=bigger(pda.cl_start, set_cap),
+        cl_len=bigger(pda.cl_len, set_cap, EMPTY),
+        cl_complete=bigger(pda.cl_complete, set_cap),
+        cl_mem=bigger(pda.cl_mem, 2 * int(m[_CL_MEM]) + 4 * st_cap),
+        step_keys=np.full(step_table, EMPTY, np.int64),
+        step_vals=np.zeros(step_table, np.int64),
+        mark=bigger(pda.mark, st_cap),
+        work=bigger(pda.work, st_cap),
+        buf=bigger(pda.buf, st_cap),
+        meta=m,
+    )
+    _rehash(out, pda.step_keys, pda.step_vals)
+    return out
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 1).bit_length()
+
+
+@njit(cache=True, nogil=True)
+def _mix(a, b):
+    h = (np.int64(a) * np.int64(-7046029254386353131)) ^ (np.int64(b) + np.int64(0x5BD1E995))
+    return h ^ (h >> np.int64(29))
+
+
+@njit(cache=True, nogil=True)
+def _step_slot(keys, key):
+    mask = keys.shape[0] - 1
+    h = _mix(key, 0) & mask
+    while keys[h] != key and keys[h] != EMPTY:
+        h = (h + 1) & mask
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _rehash(pda, old_keys, old_vals):
+    mask = pda.st_hkey.shape[0] - 1
+    for s in range(pda.meta[_STACKS]):
+        h = _mix(pda.st_g[s], pda.st_parent[s]) & mask
+        while pda.st_hkey[h] != EMPTY:
+            h = (h + 1) & mask
+        pda.st_hkey[h] = s
+    mask = pda.set_hkey.shape[0] - 1
+    for ss in range(1, pda.meta[_SETS]):
+        a = pda.set_ptr[ss]
+        code = hash_members(pda.set_mem[a:], pda.set_ptr[ss + 1] - a)
+        h = code & mask
+        while pda.set_hkey[h] != EMPTY:
+            h = (h + 1) & mask
+        pda.set_hkey[h] = ss
+        pda.set_hcode[h] = code
+    for i in range(old_keys.shape[0]):
+        if old_keys[i] != EMPTY:
+            h = _step_slot(pda.step_keys, old_keys[i])
+            pda.step_keys[h] = old_keys[i]
+            pda.step_vals[h] = old_vals[i]
+
+
+@njit(cache=True, nogil=True)
+def intern_stack(pda, g, parent):
+    """The stack of frame g over `parent` (-1: none), created if new; or PDA_SPACE, TOO_DEEP."""
+    mask = pda.st_hkey.shape[0] - 1
+    h = _mix(g, parent) & mask
+    while pda.st_hkey[h] != EMPTY:
+        s = pda.st_hkey[h]
+        if pda.st_g[s] == g and pda.st_parent[s] == parent:
+            return s
+        h = (h + 1) & mask
+    n = pda.meta[_STACKS]
+    if n >= pda.st_g.shape[0] or 4 * (n + 1) > pda.st_hkey.shape[0]:
+        return PDA_SPACE
+    depth = 1 + (pda.st_depth[parent] if parent >= 0 else 0)
+    if depth > pda.meta[_DEPTH]:
+        return TOO_DEEP
+    pda.st_g[n] = g
+    pda.st_parent[n] = parent
+    pda.st_depth[n] = depth
+    pda.st_hkey[h] = n
+    pda.meta[_STACKS] = n + 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _sort_unique(buf, k):
+    """Sort buf[:k] in place and drop repeats; returns the new count."""
+    sort_in_place(buf, k)
+    n = 0
+    for i in range(k):
+        if n == 0 or buf[i] != buf[n - 1]:
+            buf[n] = buf[i]
+            n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def intern_set(pda, members, k):
+    """The set of the stacks members[:k] (sorted, distinct), created if new; 0 when empty; or
+    PDA_SPACE."""
+    if k == 0:
+        return 0
+    ss, h, code = find_members(pda.set_hkey, pda.set_hcode, pda.set_ptr, pda.set_mem, members, k)
+    if ss >= 0:
+        return ss
+    n = pda.meta[_SETS]
+    used = pda.meta[_SET_MEM]
+    full = n + 1 >= pda.set_ptr.shape[0] or used + k > pda.set_mem.shape[0]
+    if full or 4 * (n + 1) > pda.set_hkey.shape[0]:
+        return PDA_SPACE
+    for i in range(k):
+        pda.set_mem[used + i] = members[i]
+    pda.set_ptr[n] = used
+    pda.set_ptr[n + 1] = used + k
+    pda.set_hkey[h] = n
+    pda.set_hcode[h] = code
+    pda.meta[_SET_MEM] = used + k
+    pda.meta[_SETS] = n + 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def stack_of(nfa, dfa, pda, rule_start, g, parent):
+    """intern_stack, with the arguments of every kernel here."""
+    return intern_stack(pda, g, parent)
+
+
+@njit(cache=True, nogil=True)
+def single_of(nfa, dfa, pda, rule_start, sid):
+    """The set of stack sid alone."""
+    one = np.empty(1, np.int64)
+    one[0] = sid
+    return intern_set(pda, one, 1)
+
+
+@njit(cache=True, nogil=True)
+def closure(nfa, dfa, pda, rule_start, ss):
+    """Make set ss's closure (cl_start / cl_len / cl_complete: whether the whole grammar can
+    end there) unless made; 0, or an error code."""
+    if pda.cl_len[ss] >= 0:
+        return 0
+    gen = pda.meta[_GEN] + 1
+    pda.meta[_GEN] = gen
+    mark, work, out = pda.mark, pda.work, pda.buf
+    top = 0
+    for i in range(pda.set_ptr[ss], pda.set_ptr[ss + 1]):
+        s = pda.set_mem[i]
+        mark[s] = gen
+        work[top] = s
+        top += 1
+    k = 0
+    complete = False
+    while top:
+        top -= 1
+        sid = work[top]
+        out[k] = sid
+        k += 1
+        g, parent = pda.st_g[sid], pda.st_parent[sid]
+        if dfa.push_count[g] < 0 and pushes(nfa, dfa, g) < 0:
+            return NEED_SPACE
+        for j in range(dfa.push_start[g], dfa.push_start[g] + dfa.push_count[g]):
+            ret = intern_stack(pda, dfa.push_ret[j], parent)
+            if ret < 0:
+                return ret
+            child = intern_stack(pda, rule_start[dfa.push_rule[j]], ret)
+            if child < 0:
+                return child
+            if mark[child] != gen:
+                mark[child] = gen
+                work[top] = child
+                top += 1
+        if dfa.accept[g]:
+            if parent < 0:
+                complete = True
+            elif mark[parent] != gen:
+                mark[parent] = gen
+                work[top] = parent
+                top += 1
+    used = pda.meta[_CL_MEM]
+    if used + k > pda.cl_mem.shape[0]:
+        return PDA_SPACE
+    pda.cl_mem[used : used + k] = out[:k]
+    pda.meta[_CL_MEM] = used + k
+    pda.cl_start[ss] = used
+    pda.cl_complete[ss] = complete
+    pda.cl_len[ss] = k
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def step(nfa, dfa, pda, rule_start, ss, b):
+    """The set after reading byte b in set ss, made and kept unless known; or an error code."""
+    key = ss << 8 | b
+    h = _step_slot(pda.step_keys, key)
+    if pda.step_keys[h] == key:
+        return pda.step_vals[h]
+    if 4 * (pda.meta[_STEPS] + 1) > pda.step_keys.shape[0]:
+        return PDA_SPACE
+    code = closure(nfa, dfa, pda, rule_start, ss)
+    if code < 0:
+        return code
+    a = pda.cl_start[ss]
+    n = pda.cl_len[ss]
+    nxt = np.empty(n, np.int64)
+    k = 0
+    for i in range(a, a + n):
+        sid = pda.cl_mem[i]
+        g = pda.st_g[sid]
+        if not dfa.done[g] and materialize(nfa, dfa, g) < 0:
+            return NEED_SPACE
+        t = dfa.table[g, b]
+        if t:
+            s = intern_stack(pda, t, pda.st_parent[sid])
+            if s < 0:
+                return s
+            nxt[k] = s
+            k += 1
+    k = _sort_unique(nxt, k)
+    out = intern_set(pda, nxt, k)
+    if out < 0:
+        return out
+    h = _step_slot(pda.step_keys, key)  # the table did not move: the same slot
+    pda.step_keys[h] = key
+    pda.step_vals[h] = out
+    pda.meta[_STEPS] += 1
+    return out
+
+
+@njit(cache=True, nogil=True)
+def check_rows(nfa, dfa, pda, rule_start, rows, shared, data, ptr, states, found):
+    """Walk the trie rows `rows` (sorted; shared[k]: the bytes row k shares with row k - 1)
+    from set states[0], each from the set after the bytes it shares with the row before
+    (states[d]: the set after d bytes of the row walked last), making the steps on the way;
+    a row that dies stops there, and so do the rows after it that share the prefix up to that
+    byte. The rows read to the end go to `found`; returns their number, or an error code."""
+    stop = 1 << 30  # the length of the prefix at which the row walked last died
+    n_found = 0
+    for k in range(rows.shape[0]):
+        common = shared[k]
+        if common >= stop:
+            continue
+        stop = 1 << 30
+        top = common + 1
+        cur = states[common]
+        row = rows[k]
+        alive = True
+        for i in range(ptr[row] + common, ptr[row + 1]):
+            cur = step(nfa, dfa, pda, rule_start, cur, data[i])
+            if cur < 0:
+                return cur
+            if cur == 0:
+                stop, alive = top, False
+                break
+            states[top] = cur
+            top += 1
+        if alive:
+            found[n_found] = row
+            n_found += 1
+    return n_found
+
+
+@njit(cache=True, nogil=True)
+def walk(nfa, dfa, pda, rule_start, ss, data):
+    """The set after reading the bytes of `data` from set ss (0: dead), or an error code."""
+    for i in range(data.shape[0]):
+        ss = step(nfa, dfa, pda, rule_start, ss, data[i])
+        if ss <= 0:
+            return ss
+    return ss
