@@ -41,6 +41,7 @@ _MIN_WALK_ROOM, _WALK_ROOM = 24, 128
 _FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order
 _ROW_BLOCK = 32  # rows of masks or of frame walks per allocation (few to free with a grammar)
 _NO_CANDIDATES = np.zeros(0, np.int64)
+_NO_PREFIX = (np.zeros(0, np.bool_), np.zeros(0, np.int64))  # walk's chain_prefix, when none
 
 
 class Machine:
@@ -141,13 +142,16 @@ class Machine:
         if candidates is None or len(candidates) < vocab.size:
             candidates = _scratch.candidates = np.empty(vocab.size, np.int64)
         track = bool(self.has_pushes or can_pop)
-        info = np.empty(3, np.int64)
+        info = np.zeros(4, np.int64)
         in_chain = np.empty(256, np.bool_)
-        self._run(lazydfa_chain.chain_info, g, can_pop, info, in_chain)
+        self._run(lazydfa_chain.chain_info, g, can_pop, vocab.max_len, info, in_chain)
         slots = info.tolist()
-        hub = slots[lazydfa_chain.HUB]
+        hub, length = slots[lazydfa_chain.HUB], slots[lazydfa_chain.LENGTH]
         utf8, utf8_from_g = slots[lazydfa_chain.UTF8], slots[lazydfa_chain.UTF8_FROM_G]
         layout = vocab.chain_layout(in_chain, bool(utf8))
+        prefix, long_rows = _NO_PREFIX
+        if hub and lazydfa_chain.MIN_CHAIN_BYTES <= length < vocab.max_len:
+            prefix, long_rows = vocab.chain_prefix(in_chain, length)
         n_cand = self._run(
             lazydfa.walk,
             g,
@@ -162,6 +166,8 @@ class Machine:
             track,
             allowed,
             candidates,
+            prefix,
+            long_rows,
         )
         return (
             vocab.pack(allowed).view(np.uint32),

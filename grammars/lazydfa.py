@@ -422,7 +422,7 @@ def utf8_closed(nfa, dfa, src, hub, can_pop):
 
 
 @njit(cache=True, nogil=True)
-def _extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, to):
+def extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, to):
     """Extend chain (chain[d] = the state after d bytes of the chain mask, chain[0] = its
     length) up to `to` bytes, stopping for good where a state does not send every byte of the
     mask to one state, could push or pop, or dies. Returns 0, or NEED_SPACE."""
@@ -470,6 +470,8 @@ def walk(
     track,
     allowed,
     candidates,
+    prefix,
+    long_rows,
 ):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
     way; a row reuses the states of the prefix it shares with the rows before, and rows that
@@ -487,7 +489,12 @@ def walk(
     Sets allowed[id] for the tokens that end alive and writes to `candidates` those that died
     after passing, past their first byte, a state where a push could continue them, or (with
     can_pop) a final state where the next byte is one of `follow`, the bytes the frame below
-    can read; returns the number of candidates, or NEED_SPACE."""
+    can read; returns the number of candidates, or NEED_SPACE.
+
+    A chain that is not a loop (a length counter) but shorter than `depth` is used the same
+    way when `prefix` (vocabulary.chain_prefix for its length) is given: the tokens that never
+    leave the mask and fit in the chain are allowed at once, the longer ones (`long_rows`) are
+    walked from the chain's end, and the others as for a loop."""
     ids, data, ptr, lcp, group, ends_at = trie
     exits, full, exit_rows, exit_lcp, exit_group, in_chain = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
@@ -498,11 +505,14 @@ def walk(
     covering = False
     if hub:
         chain[0], chain[1] = 1, hub
-        if _extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, depth) < 0:
+        if extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, depth) < 0:
             return NEED_SPACE
         covering = chain[0] >= depth
         if covering:
             allowed[:] = full
+        elif prefix.shape[0] == allowed.shape[0]:
+            covering = True
+            allowed[:] = prefix
     else:
         ends[0] = True
     n_cand = 0
@@ -576,6 +586,45 @@ def walk(
                 n_cand += 1
             elif not covered and i >= lcp[j]:  # skip the rows sharing the dead prefix
                 k = ends_at[base + i] - 1
+    if covering and chain[0] < depth:
+        n_cand = _walk_past_chain(
+            nfa, dfa, g, hub, chain, trie, long_rows, can_pop, follow, track, allowed,
+            candidates, n_cand,
+        )  # fmt: skip
+    return n_cand
+
+
+@njit(cache=True, nogil=True)
+def _walk_past_chain(
+    nfa, dfa, g, hub, chain, trie, rows, can_pop, follow, track, allowed, candidates, n_cand
+):
+    """walk's rows that never leave the chain's mask but outlast the chain: each from the
+    chain's last state (rows whose first byte does not lead to the hub were walked with their
+    first byte's group); returns the new number of candidates, or NEED_SPACE."""
+    ids, data, ptr = trie[0], trie[1], trie[2]
+    table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    last = chain[0]
+    for k in range(rows.shape[0]):
+        j = rows[k]
+        base, end = ptr[j], ptr[j + 1]
+        if table[g, data[base]] != hub:
+            continue
+        s = chain[last]
+        v = False
+        for i in range(base + last, end):
+            if not done[s] and materialize(nfa, dfa, s) < 0:
+                return NEED_SPACE
+            b = data[i]
+            if track and (viable[s, b] or (can_pop and accept[s] and follow[b])):
+                v = True
+            s = table[s, b]
+            if s == 0:
+                break
+        if s != 0:
+            allowed[ids[j]] = True
+        elif v:
+            candidates[n_cand] = ids[j]
+            n_cand += 1
     return n_cand
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from grammars.lazydfa import NEED_SPACE, materialize, utf8_closed
+from grammars.lazydfa import NEED_SPACE, extend_chain, materialize, utf8_closed
 
 MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
-HUB, UTF8, UTF8_FROM_G = range(3)  # the slots of chain_info's `out`
+HUB, UTF8, UTF8_FROM_G, LENGTH = range(4)  # the slots of chain_info's `out`
 
 
 @njit(cache=True, nogil=True)
@@ -40,10 +40,11 @@ def _first_byte(row, t):
 
 
 @njit(cache=True, nogil=True)
-def chain_info(nfa, dfa, g, can_pop, out, in_chain):
-    """Fill out[HUB, UTF8, UTF8_FROM_G] and in_chain (the bytes on which the hub moves on to
-    one same state; all False without a hub) for frame state g; 0, or NEED_SPACE. The UTF-8
-    slots are set only where the chain is a loop (the hub moves on to itself)."""
+def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain):
+    """Fill out[HUB, UTF8, UTF8_FROM_G, LENGTH] and in_chain (the bytes on which the hub moves
+    on to one same state; all False without a hub) for frame state g; 0, or NEED_SPACE. The
+    UTF-8 slots are set only where the chain is a loop (the hub moves on to itself); LENGTH,
+    the states of the chain up to `depth`, only where it is not."""
     out[:] = 0
     in_chain[:] = False
     table = dfa.table
@@ -61,6 +62,11 @@ def chain_info(nfa, dfa, g, can_pop, out, in_chain):
         in_chain[b] = table[hub, b] == nxt
     out[HUB] = hub
     if nxt != hub:
+        chain = np.zeros(depth + 1, np.int64)
+        chain[0], chain[1] = 1, hub
+        if extend_chain(nfa, dfa, chain, np.zeros(1, np.bool_), in_chain, can_pop, depth) < 0:
+            return NEED_SPACE
+        out[LENGTH] = chain[0]
         return 0
     closed = utf8_closed(nfa, dfa, hub, hub, can_pop)
     if closed < 0:

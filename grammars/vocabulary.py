@@ -86,6 +86,8 @@ class Vocabulary:
         self.row_of[self.trie.ids] = np.arange(len(self.trie.ids))
         self.max_len = int(width)
         self._chains: dict[tuple[int, bool], ChainLayout] = {}
+        self._wholes: dict[tuple[int, bool], np.ndarray] = {}  # rows that never leave a mask
+        self._prefixes: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         eos = np.zeros(self.size, bool)
         eos[self.eos_ids] = True
         self.eos_only = self.pack(eos)
@@ -111,6 +113,7 @@ class Vocabulary:
         if hit is None:
             if len(self._chains) >= _MAX_CACHED_CHAINS:
                 self._chains.clear()
+                self._wholes.clear()
             in_mask = np.array(in_mask, np.bool_)  # a copy, kept in the layout
             trie = self.trie
             exits = lazydfa.chain_exits(trie.data, trie.ptr, in_mask)
@@ -123,4 +126,23 @@ class Vocabulary:
             lcp = lazydfa.shared_prefixes(trie.lcp, rows)
             group = np.searchsorted(trie.data[trie.ptr[rows]], np.arange(257)).astype(np.int64)
             hit = self._chains[key] = ChainLayout(exits, full, rows, lcp, group, in_mask)
+            self._wholes[key] = np.nonzero(starts_in & stays)[0]
+        return hit
+
+    def chain_prefix(self, in_mask: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """For a chain of `length` states over the bytes of `in_mask` that is not a loop (a
+        counter): (allowed[id]: the token never leaves the mask and has at most `length`
+        bytes; the rows that never leave it but are longer, in trie order). Cached."""
+        key = (in_mask.tobytes(), length)
+        hit = self._prefixes.get(key)
+        if hit is None:
+            if len(self._prefixes) >= _MAX_CACHED_CHAINS:
+                self._prefixes.clear()
+            self.chain_layout(in_mask)
+            whole = self._wholes[(in_mask.tobytes(), False)]
+            trie = self.trie
+            short = trie.ptr[whole + 1] - trie.ptr[whole] <= length
+            allowed = np.zeros(self.size, np.bool_)
+            allowed[trie.ids[whole[short]]] = True
+            hit = self._prefixes[key] = (allowed, whole[~short].copy())
         return hit

@@ -362,3 +362,29 @@ def test_pushdown_arrays_keep_every_stack_set_and_step_through_growth(compiler):
         assert p.step_keys[slot] == key and p.step_vals[slot] == val
     assert p.step_keys[pda._step_slot(p.step_keys, (1 << 41) + 5)] == -1
     assert not grammar.matcher().accept_string("(" * 10 + "x" + ")" * 11)
+
+
+@pytest.mark.parametrize(
+    "schema, prefixes",
+    [
+        # length counters shorter than the longest token: the tokens that fit are allowed at
+        # once, the longer ones walked from the counter's end (lazydfa._walk_past_chain)
+        ({"type": "string", "maxLength": 20}, ["", "ab", "abcdefghijklmnopq"]),
+        ({"type": "string", "minLength": 18, "maxLength": 40}, ["", "x" * 17, "x" * 39]),
+        ({"type": "string", "pattern": "^[a-z ]{16,30}!$"}, ["", "a" * 15, "a b" * 10]),
+        # the counter ends where its bytes part ways: runs of spaces longer than it go on
+        ({"type": "string", "pattern": "^[ a-z]{17}( [ a-z]*|a)$"}, ["", "  ", " b" * 5]),
+        (
+            {"type": "object", "properties": {"k": {"type": "string", "maxLength": 24}}},
+            ['{"k": "', '{"k": "hello', '{"k": "' + "w" * 23],
+        ),
+    ],
+)
+def test_masks_on_length_counters_shorter_than_tokens(compiler, schema, prefixes):
+    grammar = compiler.compile_json_schema(schema)
+    for prefix in prefixes:
+        m = grammar.matcher()
+        text = prefix if prefix.startswith("{") else json.dumps(prefix)[:-1]
+        assert m.accept_string(text), text
+        assert_mask_is_exact(grammar, m.state, text)
+    assert compiler.vocab._prefixes  # the masks took that path
