@@ -166,10 +166,13 @@ static void int8_matmul_avx2(const int8_t *q, const float *d, int64_t n, int64_t
   }
 }
 
-// The AVX-512 VNNI kernels (qgemv_avx512.c) take products of at least avx512_rows rows; 0
-// (the default, and on CPUs without avx512_vnni) keeps every product on the AVX2 ones.
-static int avx512_rows = 0;
-void set_avx512(int min_rows) { avx512_rows = min_rows; }
+// The AVX-512 VNNI kernels (qgemv_avx512.c) take the int4 products of at least int4_rows rows
+// and the int8 ones of at least int8_rows; 0 (the default, and on CPUs without avx512_vnni)
+// keeps those on the AVX2 kernels.
+static int avx512_int4_rows = 0, avx512_int8_rows = 0;
+void set_avx512(int int4_rows, int int8_rows) {
+  avx512_int4_rows = int4_rows, avx512_int8_rows = int8_rows;
+}
 void int4_matmul_avx512(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
                         const int16_t *xq, const float *xs, const float *xsum, int64_t rows,
                         float *y, int threads);
@@ -179,7 +182,7 @@ void int8_matmul_avx512(const int8_t *q, const float *d, int64_t n, int64_t k, c
 void int4_matmul(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
                  const int16_t *xq, const float *xs, const float *xsum, int64_t rows, float *y,
                  int threads) {
-  if (avx512_rows && rows >= avx512_rows)
+  if (avx512_int4_rows && rows >= avx512_int4_rows)
     int4_matmul_avx512(q, d, m, n, k, xq, xs, xsum, rows, y, threads);
   else
     int4_matmul_avx2(q, d, m, n, k, xq, xs, xsum, rows, y, threads);
@@ -187,7 +190,7 @@ void int4_matmul(const uint8_t *q, const float *d, const float *m, int64_t n, in
 
 void int8_matmul(const int8_t *q, const float *d, int64_t n, int64_t k, const int16_t *xq,
                  const float *xs, int64_t rows, float *y, int threads) {
-  if (avx512_rows && rows >= avx512_rows)
+  if (avx512_int8_rows && rows >= avx512_int8_rows)
     int8_matmul_avx512(q, d, n, k, xq, xs, rows, y, threads);
   else
     int8_matmul_avx2(q, d, n, k, xq, xs, rows, y, threads);
