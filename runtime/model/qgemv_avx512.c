@@ -154,6 +154,13 @@ AVX512 INLINE void row_blocks(const void *qo, int64_t stride, const float *dd, c
   }
 }
 
+// Weight rows taken together (2 from 4 activation rows on). Below, the weights' reads set the
+// pace: a decode step's do not fit the caches, and two rows at a time streamed them slower
+// (the int8 LM head at one row: 2x slower than one at a time).
+static inline int pairs(int64_t rows, int64_t n, int64_t o) {
+  return rows >= 4 && o + 1 < n ? 2 : 1;
+}
+
 AVX512 void int4_matmul_avx512(const uint8_t *q, const float *d, const float *m, int64_t n,
                                int64_t k, const int16_t *xq, const float *xs, const float *xsum,
                                int64_t rows, float *y, int threads) {
@@ -161,8 +168,9 @@ AVX512 void int4_matmul_avx512(const uint8_t *q, const float *d, const float *m,
   laid_out l = lay_out(xq, xs, xsum, rows, k);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
   for (int64_t o = 0; o < n; o += 2)
-    row_blocks(q + o * (k / 2), k / 2, d + o * groups, m + o * groups, groups, &l, rows, n, o, y,
-               4, o + 1 < n ? 2 : 1);
+    for (int64_t p = o; p < o + 2 && p < n; p += pairs(rows, n, p))
+      row_blocks(q + p * (k / 2), k / 2, d + p * groups, m + p * groups, groups, &l, rows, n, p,
+                 y, 4, pairs(rows, n, p));
   release(&l);
 }
 
@@ -173,7 +181,8 @@ AVX512 void int8_matmul_avx512(const int8_t *q, const float *d, int64_t n, int64
   laid_out l = lay_out(xq, xs, xs, rows, k);  // no group sums needed: any pointer
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
   for (int64_t o = 0; o < n; o += 2)
-    row_blocks(q + o * k, k, d + o * groups, NULL, groups, &l, rows, n, o, y, 8,
-               o + 1 < n ? 2 : 1);
+    for (int64_t p = o; p < o + 2 && p < n; p += pairs(rows, n, p))
+      row_blocks(q + p * k, k, d + p * groups, NULL, groups, &l, rows, n, p, y, 8,
+                 pairs(rows, n, p));
   release(&l);
 }
