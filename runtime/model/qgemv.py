@@ -33,9 +33,9 @@ _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
 GROUP = 32  # values per int4 group
 # The fewest rows of a product that the AVX-512 VNNI kernels take (fewer go to the AVX2 ones).
-# int8 (SmolLM2's LM head: 28 MB of codes, read at memory speed at a few rows) was on par up
-# to 12 rows on a Zen 4 EPYC, 1.15x at 16, and 2x slower at one row.
-AVX512_ROWS = {"int4": 1, "int8": 12}
+# int8 (SmolLM2's LM head: 28 MB of codes, streamed from memory) measured on par at 1 and 16
+# rows on a Zen 4 EPYC and up to 1.7x slower at 4-8: full batches only.
+AVX512_ROWS = {"int4": 1, "int8": 16}
 
 
 def pack_int4(codes: torch.Tensor) -> torch.Tensor:
