@@ -7,7 +7,7 @@
 // x is first rounded to int16 per group of 32 (xq * xs; llama.cpp rounds to int8 instead, which
 // cost 0.8% perplexity here), so each group is one exact integer dot product; the m term uses
 // the float sum of the group.
-// Built by runtime/model/qgemv.py with gcc -O3 -mavx2 -mfma -fopenmp.
+// Built (with qgemv_avx512.c) by runtime/model/qgemv.py with gcc -O3 -mavx2 -mfma -fopenmp.
 
 #include <immintrin.h>
 #include <math.h>
