@@ -30,6 +30,8 @@ ENGINES = {
     "radixgen-int4": {"quantization": "int4", "dtype": "float32"},
     # the same without AMX tiles (what a CPU without them runs: the int4 codes at every size)
     "radixgen-int4-no-amx": {"quantization": "int4", "dtype": "float32"},
+    # the same without the AVX-512 VNNI products (the AVX2 ones, on a CPU with avx512_vnni)
+    "radixgen-int4-no-avx512": {"quantization": "int4", "dtype": "float32"},
     "radixgen-float32": {"quantization": "none", "dtype": "float32"},
     "radixgen-bf16": {"quantization": "none", "dtype": "bfloat16"},
     # tensor parallelism over gloo, for information (the two ranks split --threads between
@@ -38,7 +40,10 @@ ENGINES = {
     "transformers-bf16": {},
     "llama.cpp": {},
 }
-ENVIRONMENTS = {"radixgen-int4-no-amx": {"RADIXGEN_NO_AMX": "1"}}
+ENVIRONMENTS = {
+    "radixgen-int4-no-amx": {"RADIXGEN_NO_AMX": "1"},
+    "radixgen-int4-no-avx512": {"RADIXGEN_NO_AVX512": "1"},
+}
 PREFILLS = {"prefill_512": list(range(1000, 1512)), "prefill_2048": list(range(2000, 4048))}
 
 
@@ -188,9 +193,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker, args)
+    from runtime.model.qgemv import avx512_vnni
     from runtime.model.quantization import amx_bf16
 
     print(f"AMX tiles on this CPU: {'yes' if amx_bf16() else 'no'}")
+    print(f"AVX-512 VNNI on this CPU: {'yes' if avx512_vnni() else 'no'}")
     names = [n for n in args.engines.split(",") if n]
     skipped = [n for n in names if not available(n)]
     names = [n for n in names if n not in skipped]

@@ -7,7 +7,7 @@
 // x is first rounded to int16 per group of 32 (xq * xs; llama.cpp rounds to int8 instead, which
 // cost 0.8% perplexity here), so each group is one exact integer dot product; the m term uses
 // the float sum of the group.
-// Built by runtime/model/qgemv.py with gcc -O3 -mavx2 -mfma -fopenmp.
+// Built (with qgemv_avx512.c) by runtime/model/qgemv.py with gcc -O3 -mavx2 -mfma -fopenmp.
 
 #include <immintrin.h>
 #include <math.h>
@@ -105,9 +105,9 @@ static inline __attribute__((always_inline)) void int4_row(
     y[r * n] = hsum(_mm256_add_ps(even[r], odd[r])) + dot_groups(mm, xsum + r * groups, groups);
 }
 
-void int4_matmul(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
-                 const int16_t *xq, const float *xs, const float *xsum, int64_t rows, float *y,
-                 int threads) {
+static void int4_matmul_avx2(const uint8_t *q, const float *d, const float *m, int64_t n,
+                             int64_t k, const int16_t *xq, const float *xs, const float *xsum,
+                             int64_t rows, float *y, int threads) {
   int64_t groups = k / GROUP;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
   for (int64_t o = 0; o < n; o++) {
@@ -144,8 +144,9 @@ static inline __attribute__((always_inline)) void int8_row(
 }
 
 // int8 codes with one scale per group of 32 of each row (d [n, k / 32]).
-void int8_matmul(const int8_t *q, const float *d, int64_t n, int64_t k, const int16_t *xq,
-                 const float *xs, int64_t rows, float *y, int threads) {
+static void int8_matmul_avx2(const int8_t *q, const float *d, int64_t n, int64_t k,
+                             const int16_t *xq, const float *xs, int64_t rows, float *y,
+                             int threads) {
   int64_t groups = k / GROUP;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
   for (int64_t o = 0; o < n; o++) {
@@ -163,6 +164,36 @@ void int8_matmul(const int8_t *q, const float *d, int64_t n, int64_t k, const in
       }
     }
   }
+}
+
+// The AVX-512 VNNI kernels (qgemv_avx512.c) take the int4 products of at least int4_rows rows
+// and the int8 ones of at least int8_rows; 0 (the default, and on CPUs without avx512_vnni)
+// keeps those on the AVX2 kernels.
+static int avx512_int4_rows = 0, avx512_int8_rows = 0;
+void set_avx512(int int4_rows, int int8_rows) {
+  avx512_int4_rows = int4_rows, avx512_int8_rows = int8_rows;
+}
+void int4_matmul_avx512(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
+                        const int16_t *xq, const float *xs, const float *xsum, int64_t rows,
+                        float *y, int threads);
+void int8_matmul_avx512(const int8_t *q, const float *d, int64_t n, int64_t k, const int16_t *xq,
+                        const float *xs, int64_t rows, float *y, int threads);
+
+void int4_matmul(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
+                 const int16_t *xq, const float *xs, const float *xsum, int64_t rows, float *y,
+                 int threads) {
+  if (avx512_int4_rows && rows >= avx512_int4_rows)
+    int4_matmul_avx512(q, d, m, n, k, xq, xs, xsum, rows, y, threads);
+  else
+    int4_matmul_avx2(q, d, m, n, k, xq, xs, xsum, rows, y, threads);
+}
+
+void int8_matmul(const int8_t *q, const float *d, int64_t n, int64_t k, const int16_t *xq,
+                 const float *xs, int64_t rows, float *y, int threads) {
+  if (avx512_int8_rows && rows >= avx512_int8_rows)
+    int8_matmul_avx512(q, d, n, k, xq, xs, rows, y, threads);
+  else
+    int8_matmul_avx2(q, d, n, k, xq, xs, rows, y, threads);
 }
 
 // The float weight, for the dense GEMM of long extends: out [n, k].

@@ -1,7 +1,9 @@
-"""The AVX2 kernels of qgemv.c, compiled once with gcc into the cache folder, via ctypes.
+"""The AVX2 kernels of qgemv.c (and the AVX-512 VNNI products of qgemv_avx512.c), compiled
+once with gcc into the cache folder, via ctypes.
 
 `load()` returns None (and the caller uses torch's kernels) when the CPU has no AVX2/FMA, no C
-compiler is found, or RADIXGEN_NO_NATIVE_KERNELS is set.
+compiler is found, or RADIXGEN_NO_NATIVE_KERNELS is set. The VNNI products run where the CPU
+has avx512_vnni, unless RADIXGEN_NO_AVX512 is set (or `use_avx512(lib, False)` is called).
 """
 
 from __future__ import annotations
@@ -21,12 +23,19 @@ from runtime.model.loader import cache_root
 
 logger = logging.getLogger(__name__)
 
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qgemv.c")
+_SOURCES = [
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    for name in ("qgemv.c", "qgemv_avx512.c")
+]
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
 
 GROUP = 32  # values per int4 group
+# The fewest rows of a product that the AVX-512 VNNI kernels take (fewer go to the AVX2 ones).
+# int8 (SmolLM2's LM head: 28 MB of codes, streamed from memory) measured on par at 1 and 16
+# rows on a Zen 4 EPYC and up to 1.7x slower at 4-8: full batches only.
+AVX512_ROWS = {"int4": 1, "int8": 16}
 
 
 def pack_int4(codes: torch.Tensor) -> torch.Tensor:
@@ -57,8 +66,11 @@ def load() -> ctypes.CDLL | None:
     if compiler is None:
         logger.info("no C compiler: quantized weights run on torch's kernels")
         return None
-    with open(_SOURCE, "rb") as f:
-        digest = hashlib.sha1(f.read() + " ".join(_FLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(" ".join(_FLAGS).encode())
+    for source in _SOURCES:
+        with open(source, "rb") as f:
+            digest.update(f.read())
+    digest = digest.hexdigest()[:12]
     path = os.path.join(cache_root(), "kernels", f"qgemv-{digest}.so")
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -66,7 +78,7 @@ def load() -> ctypes.CDLL | None:
         os.close(fd)
         try:
             subprocess.run(
-                [compiler, *_FLAGS, _SOURCE, "-o", tmp, "-lm"],
+                [compiler, *_FLAGS, *_SOURCES, "-o", tmp, "-lm"],
                 check=True,
                 capture_output=True,
                 timeout=120,
@@ -74,7 +86,7 @@ def load() -> ctypes.CDLL | None:
             os.replace(tmp, path)
         except (OSError, subprocess.SubprocessError) as exc:
             os.unlink(tmp)
-            logger.warning("could not build %s (%s): using torch's kernels", _SOURCE, exc)
+            logger.warning("could not build %s (%s): using torch's kernels", _SOURCES, exc)
             return None
     lib = ctypes.CDLL(path)
     lib.int4_dequantize.argtypes = [_P, _P, _P, _I64, _I64, _P, _INT]
@@ -90,7 +102,21 @@ def load() -> ctypes.CDLL | None:
     lib.decode_step.argtypes = [_P, _P, _I64, _P, _P, _P, _I64, _P, _INT]
     lib.amx_linear.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
     lib.argmax_rows.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
+    lib.set_avx512.argtypes = [_INT, _INT]
+    use_avx512(lib, avx512_vnni() and not os.environ.get("RADIXGEN_NO_AVX512"))
     return lib
+
+
+def avx512_vnni() -> bool:
+    """Whether this CPU runs the AVX-512 VNNI products (qgemv_avx512.c)."""
+    return {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= cpu_flags()
+
+
+def use_avx512(lib: ctypes.CDLL, on: bool) -> None:
+    """Products of AVX512_ROWS or more rows on the VNNI kernels (on), or all on the AVX2 ones;
+    for the whole process. Only on a CPU with avx512_vnni."""
+    on = on and avx512_vnni()
+    lib.set_avx512(AVX512_ROWS["int4"] if on else 0, AVX512_ROWS["int8"] if on else 0)
 
 
 def _ptr(t: torch.Tensor) -> int:
