@@ -7,7 +7,7 @@ stacks and sets of stacks are interned to small integers, so a matcher state is 
 every transition and every token mask is memoised on the shared compiled grammar.
 
 A token mask walks every frame the matcher may be in (the stacks reachable without reading)
-through its rule's DFA: a compiled walk over the sorted vocabulary (lazydfa.walk: shared
+through its rule's DFA: a compiled walk over the sorted vocabulary (lazydfa_walk.walk: shared
 prefixes walked once, dead prefixes skipped, runs along loops and length counters jumped), plus
 an exact check of the few tokens that may leave the frame (push or pop) on the way.
 """
@@ -20,7 +20,15 @@ from array import array
 
 import numpy as np
 
-from grammars import fastcall, lazydfa, lazydfa_arrays, lazydfa_chain, nfa_passes, pda
+from grammars import (
+    fastcall,
+    lazydfa,
+    lazydfa_arrays,
+    lazydfa_chain,
+    lazydfa_walk,
+    nfa_passes,
+    pda,
+)
 from grammars.automaton import NFA
 from grammars.errors import GrammarError
 from grammars.tokenizer_info import TokenizerInfo
@@ -126,7 +134,7 @@ class Machine:
     def walk(
         self, g: int, follow: np.ndarray | None, vocab: Vocabulary
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(allowed, candidate ids): every token walked from g (see lazydfa.walk), the allowed
+        """(allowed, candidate ids): every token walked from g (see lazydfa_walk.walk), the allowed
         ones as packed uint32 words (an eighth of a boolean array, for the walks the grammar
         keeps); `follow`: the bytes the frame below can read after a pop (None: it cannot)."""
         can_pop = follow is not None
@@ -153,7 +161,7 @@ class Machine:
         if hub and lazydfa_chain.MIN_CHAIN_BYTES <= length < vocab.max_len:
             prefix, long_rows = vocab.chain_prefix(in_chain, length)
         n_cand = self._run(
-            lazydfa.walk,
+            lazydfa_walk.walk,
             g,
             vocab.trie,
             vocab.max_len,

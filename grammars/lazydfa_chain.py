@@ -1,4 +1,4 @@
-"""The chain a token walk may jump along (see lazydfa.walk), found by one compiled call: the
+"""The chain a token walk may jump along (see lazydfa_walk.walk), found by one compiled call: the
 state most of a frame's first bytes lead to (the hub), the bytes on which the hub moves on to
 one same state, whether that is a loop, and whether multi-byte UTF-8 characters stay in it."""
 

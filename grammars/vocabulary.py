@@ -48,7 +48,7 @@ def make_trie(ids: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> TokenTr
 
 class ChainLayout(NamedTuple):
     """The trie seen from a chain of states that each send every byte of a mask to the next
-    (see lazydfa.walk). exits[j]: the first position after the first byte where row j leaves
+    (see lazydfa_walk.walk). exits[j]: the first position after the first byte where row j leaves
     the mask (its length if never); full[id]: the token never leaves (lazydfa.chain_stays);
     rows[k]: the rows starting with a byte of the mask (or a UTF-8 lead byte) that leave it
     later, in trie order, each sharing lcp[k] bytes with the one before, those starting with

@@ -368,7 +368,7 @@ def test_pushdown_arrays_keep_every_stack_set_and_step_through_growth(compiler):
     "schema, prefixes",
     [
         # length counters shorter than the longest token: the tokens that fit are allowed at
-        # once, the longer ones walked from the counter's end (lazydfa._walk_past_chain)
+        # once, the longer ones walked from the counter's end (lazydfa_walk._walk_past_chain)
         ({"type": "string", "maxLength": 20}, ["", "ab", "abcdefghijklmnopq"]),
         ({"type": "string", "minLength": 18, "maxLength": 40}, ["", "x" * 17, "x" * 39]),
         ({"type": "string", "pattern": "^[a-z ]{16,30}!$"}, ["", "a" * 15, "a b" * 10]),

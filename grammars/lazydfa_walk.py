@@ -1,0 +1,182 @@
+"""The token walk of a mask: every token of the vocabulary's trie read from one frame state of
+the lazily determinised automaton (lazydfa.py), building states on the way."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grammars.lazydfa import NEED_SPACE, extend_chain, materialize, njit, utf8_tail
+
+
+@njit(cache=True, nogil=True)
+def walk(
+    nfa,
+    dfa,
+    g,
+    trie,
+    depth,
+    hub,
+    utf8,
+    utf8_from_g,
+    layout,
+    can_pop,
+    follow,
+    track,
+    allowed,
+    candidates,
+    prefix,
+    long_rows,
+):
+    """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
+    way; a row reuses the states of the prefix it shares with the rows before, and rows that
+    share a dead prefix are skipped. `depth` is the longest row.
+
+    `hub` (0: none) is the state most of g's first bytes lead to, the start of a chain of states
+    that each send every byte of a mask to the next (a loop, or the steps of a length counter);
+    `layout` is the trie's vocabulary.ChainLayout for that mask (and utf8). A
+    row on the chain jumps straight to its exit; when the chain is at least `depth` long, the
+    tokens that never leave it are allowed at once and only the others are walked. With utf8
+    (the chain is a loop that every multi-byte character leads back to: utf8_closed), tokens
+    that stay in the loop through such characters count as never leaving it, and with
+    utf8_from_g so do those that start with such a character (it leads from g to the hub).
+
+    Sets allowed[id] for the tokens that end alive and writes to `candidates` those that died
+    after passing, past their first byte, a state where a push could continue them, or (with
+    can_pop) a final state where the next byte is one of `follow`, the bytes the frame below
+    can read; returns the number of candidates, or NEED_SPACE.
+
+    A chain that is not a loop (a length counter) but shorter than `depth` is used the same
+    way when `prefix` (vocabulary.chain_prefix for its length) is given: the tokens that never
+    leave the mask and fit in the chain are allowed at once, the longer ones (`long_rows`) are
+    walked from the chain's end, and the others as for a loop."""
+    ids, data, ptr, lcp, group, ends_at = trie
+    exits, full, exit_rows, exit_lcp, exit_group, in_chain = layout
+    table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    states = np.empty(depth + 1, np.int64)
+    passed = np.zeros(depth + 1, np.bool_)  # passed a viable point within the first d bytes
+    chain = np.zeros(depth + 1, np.int64)
+    ends = np.zeros(1, np.bool_)
+    covering = False
+    if hub:
+        chain[0], chain[1] = 1, hub
+        if extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, depth) < 0:
+            return NEED_SPACE
+        covering = chain[0] >= depth
+        if covering:
+            allowed[:] = full
+        elif prefix.shape[0] == allowed.shape[0]:
+            covering = True
+            allowed[:] = prefix
+    else:
+        ends[0] = True
+    n_cand = 0
+    if not done[g] and materialize(nfa, dfa, g) < 0:
+        return NEED_SPACE
+    states[0] = g
+    for first in range(256):
+        lead = utf8 and utf8_tail(first)[0] > 0
+        covered = covering and (in_chain[first] or lead)
+        if covered and table[g, first] != hub and not (lead and utf8_from_g):
+            for j in range(group[first], group[first + 1]):  # allowed wholesale above: undo
+                allowed[ids[j]] = False
+            covered = False
+        if table[g, first] == 0:
+            continue
+        on_chain = hub != 0 and table[g, first] == hub
+        known = 0  # states[0..known] hold the states of the prefix shared with this row
+        dead_at = -1  # an earlier row sharing this row's prefix died reading byte dead_at
+        dead_viable = False
+        if covered:
+            lo, hi = exit_group[first], exit_group[first + 1]
+        else:
+            lo, hi = group[first], group[first + 1]
+        k = lo - 1
+        while k + 1 < hi:
+            k += 1
+            j = exit_rows[k] if covered else k
+            shared = exit_lcp[k] if covered else lcp[j]
+            known = min(known, shared)
+            if dead_at >= 0 and shared > dead_at:
+                if dead_viable:
+                    candidates[n_cand] = ids[j]
+                    n_cand += 1
+                continue
+            dead_at = -1
+            base = ptr[j]
+            length = ptr[j + 1] - base
+            if on_chain and exits[j] == length and chain[0] >= length:
+                allowed[ids[j]] = True  # all on the chain, which goes that far
+                continue
+            i = known
+            s = states[i]
+            v = passed[i]
+            while i < length:
+                e = min(exits[j], chain[0]) if hub else 0
+                if e > i > 0 and s == chain[i]:
+                    for x in range(i + 1, e + 1):
+                        states[x] = chain[x]
+                        passed[x] = v
+                    i = e
+                    s = chain[e]
+                    continue
+                if not done[s] and materialize(nfa, dfa, s) < 0:
+                    return NEED_SPACE
+                b = data[base + i]
+                if track and i > 0 and (viable[s, b] or (can_pop and accept[s] and follow[b])):
+                    v = True
+                s = table[s, b]
+                if s == 0:
+                    dead_at = i
+                    dead_viable = v
+                    break
+                i += 1
+                states[i] = s
+                passed[i] = v
+            known = i
+            if s != 0:
+                allowed[ids[j]] = True
+            elif v:
+                candidates[n_cand] = ids[j]
+                n_cand += 1
+            elif not covered and i >= lcp[j]:  # skip the rows sharing the dead prefix
+                k = ends_at[base + i] - 1
+    if covering and chain[0] < depth:
+        n_cand = _walk_past_chain(
+            nfa, dfa, g, hub, chain, trie, long_rows, can_pop, follow, track, allowed,
+            candidates, n_cand,
+        )  # fmt: skip
+    return n_cand
+
+
+@njit(cache=True, nogil=True)
+def _walk_past_chain(
+    nfa, dfa, g, hub, chain, trie, rows, can_pop, follow, track, allowed, candidates, n_cand
+):
+    """walk's rows that never leave the chain's mask but outlast the chain: each from the
+    chain's last state (rows whose first byte does not lead to the hub were walked with their
+    first byte's group); returns the new number of candidates, or NEED_SPACE."""
+    ids, data, ptr = trie[0], trie[1], trie[2]
+    table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    last = chain[0]
+    for k in range(rows.shape[0]):
+        j = rows[k]
+        base, end = ptr[j], ptr[j + 1]
+        if table[g, data[base]] != hub:
+            continue
+        s = chain[last]
+        v = False
+        for i in range(base + last, end):
+            if not done[s] and materialize(nfa, dfa, s) < 0:
+                return NEED_SPACE
+            b = data[i]
+            if track and (viable[s, b] or (can_pop and accept[s] and follow[b])):
+                v = True
+            s = table[s, b]
+            if s == 0:
+                break
+        if s != 0:
+            allowed[ids[j]] = True
+        elif v:
+            candidates[n_cand] = ids[j]
+            n_cand += 1
+    return n_cand
