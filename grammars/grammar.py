@@ -78,9 +78,7 @@ class Machine:
         self.arrays = nfa_passes.frozen(graph, names, self.root, starts, finals)
         self.has_pushes = bool(len(self.arrays.nt_tgt))
         self.dfa, self.rule_start = lazydfa_arrays.started_dfa(self.arrays, starts)
-        self._rows: dict[int, array] = {}
         self._live: dict[int, array] = {}
-        self._pushes: dict[int, tuple] = {}
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
     def _run(self, kernel, *args):
@@ -96,40 +94,16 @@ class Machine:
     def accept(self) -> np.ndarray:
         return self.dfa.accept
 
-    def row(self, g: int) -> array:
-        """State g's transitions (byte -> state), built on first use. Rows are arrays rather
-        than lists: as quick to index, and nothing for the cyclic collector to walk."""
-        row = self._rows.get(g)
-        if row is None:
-            if not self.dfa.done[g]:
-                self._run(lazydfa.materialize, g)
-            row = self._rows[g] = array("i", self.dfa.table[g].tobytes())  # (int32 already)
-        return row
-
     def live(self, g: int) -> array:
         """The bytes state g can read."""
         live = self._live.get(g)
         if live is None:
-            self.row(g)  # the state materialised
+            if not self.dfa.done[g]:
+                self._run(lazydfa.materialize, g)
             live = self._live[g] = array(
                 "B", np.flatnonzero(self.dfa.table[g]).astype(np.uint8).tobytes()
             )
         return live
-
-    def pushes(self, g: int) -> tuple[tuple[int, int], ...]:
-        """(rule, state to return to) for each rule state g can push."""
-        out = self._pushes.get(g)
-        if out is None:
-            dfa = self.dfa
-            if dfa.push_count[g] < 0:
-                self._run(lazydfa.pushes, g)
-                dfa = self.dfa
-            a = int(dfa.push_start[g])
-            b = a + int(dfa.push_count[g])
-            out = self._pushes[g] = tuple(
-                zip(dfa.push_rule[a:b].tolist(), dfa.push_ret[a:b].tolist())
-            )
-        return out
 
     def walk(
         self, g: int, follow: np.ndarray | None, vocab: Vocabulary
