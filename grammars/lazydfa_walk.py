@@ -7,6 +7,16 @@ import numpy as np
 
 from grammars.lazydfa import NEED_SPACE, extend_chain, materialize, njit, utf8_tail
 
+_DEAD, _ALIVE, _VIABLE = 0, 1, 2  # fates of a suffix: dies; read to the end; a candidate
+
+
+@njit(cache=True, nogil=True)
+def _copy(src, dst):
+    """dst[:] = src, as a plain loop: numba's slice assignment took 78 µs on 128k booleans,
+    a loop 3."""
+    for i in range(src.shape[0]):
+        dst[i] = src[i]
+
 
 @njit(cache=True, nogil=True)
 def walk(
@@ -50,7 +60,7 @@ def walk(
     leave the mask and fit in the chain are allowed at once, the longer ones (`long_rows`) are
     walked from the chain's end, and the others as for a loop."""
     ids, data, ptr, lcp, group, ends_at = trie
-    exits, full, exit_rows, exit_lcp, exit_group, in_chain = layout
+    exits, full, exit_rows, exit_lcp, exit_group, in_chain, suffix_of, suffixes = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     states = np.empty(depth + 1, np.int64)
     passed = np.zeros(depth + 1, np.bool_)  # passed a viable point within the first d bytes
@@ -63,16 +73,20 @@ def walk(
             return NEED_SPACE
         covering = chain[0] >= depth
         if covering:
-            allowed[:] = full
+            _copy(full, allowed)
         elif prefix.shape[0] == allowed.shape[0]:
             covering = True
-            allowed[:] = prefix
+            _copy(prefix, allowed)
     else:
         ends[0] = True
     n_cand = 0
     if not done[g] and materialize(nfa, dfa, g) < 0:
         return NEED_SPACE
     states[0] = g
+    # a loop at the hub: a row leaving it does so from the hub, so its fate is that of the
+    # bytes from its exit on, walked once for all the rows that end with them (suffix_of)
+    loop = covering and depth >= 2 and chain[2] == hub
+    fates = np.full(suffixes[0].shape[0] if loop else 0, -1, np.int8)
     for first in range(256):
         lead = utf8 and utf8_tail(first)[0] > 0
         covered = covering and (in_chain[first] or lead)
@@ -86,6 +100,21 @@ def walk(
         known = 0  # states[0..known] hold the states of the prefix shared with this row
         dead_at = -1  # an earlier row sharing this row's prefix died reading byte dead_at
         dead_viable = False
+        if covered and loop and in_chain[first] and table[g, first] == hub:
+            pending = fates.shape[0] and fates[0] < 0
+            if (
+                pending
+                and _suffix_fates(nfa, dfa, hub, suffixes, can_pop, follow, track, fates) < 0
+            ):
+                return NEED_SPACE
+            for k in range(exit_group[first], exit_group[first + 1]):
+                fate = fates[suffix_of[k]]
+                if fate == _ALIVE:
+                    allowed[ids[exit_rows[k]]] = True
+                elif fate == _VIABLE:
+                    candidates[n_cand] = ids[exit_rows[k]]
+                    n_cand += 1
+            continue
         if covered:
             lo, hi = exit_group[first], exit_group[first + 1]
         else:
@@ -180,3 +209,51 @@ def _walk_past_chain(
             candidates[n_cand] = ids[j]
             n_cand += 1
     return n_cand
+
+
+@njit(cache=True, nogil=True)
+def _suffix_fates(nfa, dfa, hub, suffixes, can_pop, follow, track, fates):
+    """fates[id] for every suffix of the trie `suffixes` read from state hub (never a token's
+    first byte): _ALIVE, _VIABLE (died after passing a push or pop point) or _DEAD; rows
+    sharing a dead prefix are skipped. 0, or NEED_SPACE."""
+    ids, data, ptr, lcp, ends_at = suffixes[0], suffixes[1], suffixes[2], suffixes[3], suffixes[5]
+    table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    n = ids.shape[0]
+    depth = 1
+    for j in range(n):
+        depth = max(depth, ptr[j + 1] - ptr[j])
+    states = np.empty(depth + 1, np.int64)
+    passed = np.zeros(depth + 1, np.bool_)
+    states[0] = hub
+    known = 0
+    j = -1
+    while j + 1 < n:
+        j += 1
+        known = min(known, lcp[j])
+        base, length = ptr[j], ptr[j + 1] - ptr[j]
+        i = known
+        s, v = states[i], passed[i]
+        while i < length:
+            if not done[s] and materialize(nfa, dfa, s) < 0:
+                return NEED_SPACE
+            b = data[base + i]
+            if track and (viable[s, b] or (can_pop and accept[s] and follow[b])):
+                v = True
+            s = table[s, b]
+            if s == 0:
+                break
+            i += 1
+            states[i] = s
+            passed[i] = v
+        known = i
+        if s != 0:
+            fates[ids[j]] = _ALIVE
+            continue
+        fate = _VIABLE if v else _DEAD
+        fates[ids[j]] = fate
+        if not v:  # the rows sharing the dead prefix die with it
+            stop = ends_at[base + i]
+            while j + 1 < stop:
+                j += 1
+                fates[ids[j]] = _DEAD
+    return 0

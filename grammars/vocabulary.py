@@ -60,6 +60,21 @@ class ChainLayout(NamedTuple):
     lcp: np.ndarray
     group: np.ndarray
     in_mask: np.ndarray  # the mask as 256 booleans
+    suffix_of: np.ndarray  # suffix_of[k]: the id of rows[k]'s bytes from its exit on
+    suffixes: TokenTrie  # those suffixes, each once (ids: their ids)
+
+
+def _exit_suffixes(trie: TokenTrie, rows: np.ndarray, exits: np.ndarray):
+    """The bytes of each row of `rows` from its exit on, numbered each once, and their trie."""
+    data, ptr = trie.data, trie.ptr
+    texts = [data[ptr[j] + e : ptr[j + 1]].tobytes() for j, e in zip(rows.tolist(), exits.tolist())]
+    number: dict[bytes, int] = {}
+    suffix_of = np.array([number.setdefault(t, len(number)) for t in texts], np.int64)
+    unique = list(number)
+    width = max((len(t) for t in unique), default=1)
+    matrix = np.frombuffer(b"".join(t.ljust(width, b"\0") for t in unique), np.uint8)
+    lengths = np.array([len(t) for t in unique], np.int64)
+    return suffix_of, make_trie(np.arange(len(unique)), matrix.reshape(len(unique), width), lengths)
 
 
 class Vocabulary:
@@ -125,7 +140,10 @@ class Vocabulary:
             rows = np.nonzero(starts_in & ~stays)[0]
             lcp = lazydfa.shared_prefixes(trie.lcp, rows)
             group = np.searchsorted(trie.data[trie.ptr[rows]], np.arange(257)).astype(np.int64)
-            hit = self._chains[key] = ChainLayout(exits, full, rows, lcp, group, in_mask)
+            suffix_of, suffixes = _exit_suffixes(trie, rows, exits[rows])
+            hit = self._chains[key] = ChainLayout(
+                exits, full, rows, lcp, group, in_mask, suffix_of, suffixes
+            )
             self._wholes[key] = np.nonzero(starts_in & stays)[0]
         return hit
 
