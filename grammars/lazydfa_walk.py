@@ -215,7 +215,8 @@ def _walk_past_chain(
 def _suffix_fates(nfa, dfa, hub, suffixes, can_pop, follow, track, fates):
     """fates[id] for every suffix of the trie `suffixes` read from state hub (never a token's
     first byte): _ALIVE, _VIABLE (died after passing a push or pop point) or _DEAD; rows
-    sharing a dead prefix are skipped. 0, or NEED_SPACE."""
+    sharing a dead prefix are skipped. 0, or NEED_SPACE. (The byte step is written out here as
+    in walk: a shared helper, even inlined, made the walk of a string state 3x slower.)"""
     ids, data, ptr, lcp, ends_at = suffixes[0], suffixes[1], suffixes[2], suffixes[3], suffixes[5]
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     n = ids.shape[0]
