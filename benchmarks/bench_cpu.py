@@ -28,8 +28,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ENGINES = {
     "radixgen-int4": {"quantization": "int4", "dtype": "float32"},
-    # the same without AMX tiles (what a CPU without them runs: the int4 codes at every size)
+    # the same without AMX tiles (AVX-512 BF16 dot products on the bf16 tiles where the CPU has
+    # them, else the int4 codes at every size)
     "radixgen-int4-no-amx": {"quantization": "int4", "dtype": "float32"},
+    # the same without bf16 tiles at all: the int4 codes at every size
+    "radixgen-int4-codes": {"quantization": "int4", "dtype": "float32"},
     # the same without the AVX-512 VNNI products (the AVX2 ones, on a CPU with avx512_vnni)
     "radixgen-int4-no-avx512": {"quantization": "int4", "dtype": "float32"},
     "radixgen-float32": {"quantization": "none", "dtype": "float32"},
@@ -42,6 +45,7 @@ ENGINES = {
 }
 ENVIRONMENTS = {
     "radixgen-int4-no-amx": {"RADIXGEN_NO_AMX": "1"},
+    "radixgen-int4-codes": {"RADIXGEN_NO_BF16_TILES": "1"},
     "radixgen-int4-no-avx512": {"RADIXGEN_NO_AVX512": "1"},
 }
 PREFILLS = {"prefill_512": list(range(1000, 1512)), "prefill_2048": list(range(2000, 4048))}
@@ -194,9 +198,9 @@ def main() -> None:
     if args.worker:
         return worker(args.worker, args)
     from runtime.model.qgemv import avx512_vnni
-    from runtime.model.quantization import amx_bf16
+    from runtime.model.quantization import tile_kind
 
-    print(f"AMX tiles on this CPU: {'yes' if amx_bf16() else 'no'}")
+    print(f"bf16 tiles on this CPU: {tile_kind() or 'none'}")
     print(f"AVX-512 VNNI on this CPU: {'yes' if avx512_vnni() else 'no'}")
     names = [n for n in args.engines.split(",") if n]
     skipped = [n for n in names if not available(n)]
@@ -237,7 +241,7 @@ def main() -> None:
         json.dumps(
             {
                 "bench": "cpu",
-                "cpu_amx_tiles": amx_bf16(),
+                "cpu_tiles": tile_kind(),
                 "threads": args.threads,
                 "rounds": args.rounds,
                 "skipped": skipped,

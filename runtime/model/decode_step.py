@@ -9,7 +9,7 @@ the two paths agree to float rounding (tests/runtime/model/test_decode_step.py).
 It applies when every linear layer runs on the native int4/int8 kernels, activations and the
 KV pool are float32 on the CPU, there is no q/k norm, and the batch has at most
 `native_rows()` (runtime/model/quantization.py) decode rows; `NativeDecodeStep.for_model`
-returns None otherwise. Where a layer keeps AMX tiles, batches of more than AMX_CODE_ROWS rows
+returns None otherwise. Where a layer keeps bf16 tiles, batches of more than TILE_CODE_ROWS rows
 run its products on them.
 """
 
@@ -20,7 +20,7 @@ import ctypes
 import torch
 
 from runtime.model import qgemv
-from runtime.model.quantization import AMX_CODE_ROWS
+from runtime.model.quantization import TILE_CODE_ROWS
 
 
 class _Linear(ctypes.Structure):
@@ -58,7 +58,7 @@ class _Model(ctypes.Structure):
         ("dim", ctypes.c_int64),
         ("inter", ctypes.c_int64),
         ("pool_slots", ctypes.c_int64),
-        ("amx_rows", ctypes.c_int64),
+        ("tile_rows", ctypes.c_int64),
         ("eps", ctypes.c_float),
         ("cos", ctypes.c_void_p),
         ("sin", ctypes.c_void_p),
@@ -74,7 +74,7 @@ def _linear(module) -> _Linear | None:
     bias = module.bias.data_ptr() if module.bias is not None else None
     bits = 4 if native.kind == "int4" else 8
     m = native.m.data_ptr() if bits == 4 else None
-    tiles = module.matmul.amx()
+    tiles = module.matmul.bf16_tiles()
     tiles = tiles.data_ptr() if tiles is not None else None
     q, scale = native.q.data_ptr(), native.scale.data_ptr()
     return _Linear(bits, native.n, native.k, q, scale, m, bias, tiles)
@@ -127,7 +127,7 @@ class NativeDecodeStep:
             cfg.head_dim,
             cfg.intermediate_size,
             kv_pool.k_heads[0].shape[1],
-            AMX_CODE_ROWS,
+            TILE_CODE_ROWS,
             cfg.rms_norm_eps,
             model.rotary.cos.data_ptr(),
             model.rotary.sin.data_ptr(),

@@ -7,7 +7,7 @@
 // x is first rounded to int16 per group of 32 (xq * xs; llama.cpp rounds to int8 instead, which
 // cost 0.8% perplexity here), so each group is one exact integer dot product; the m term uses
 // the float sum of the group.
-// Built (with qgemv_avx512.c) by runtime/model/qgemv.py with gcc -O3 -mavx2 -mfma -fopenmp.
+// Built (with qgemv_avx512.c and qgemv_bf16.c) by runtime/model/qgemv.py with gcc -O3 -mavx2 -mfma -fopenmp.
 
 #include <immintrin.h>
 #include <math.h>
@@ -396,8 +396,11 @@ void int8_linear(const int8_t *q, const float *s, int64_t n, int64_t k, const fl
 // tile product accumulates in fp32.
 
 // Asks Linux for the AMX tile state (once per process); 0 when granted.
+static int amx_granted = 0;
 int amx_enable(void) {
-  return (int)syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */);
+  int refused = (int)syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */);
+  amx_granted = !refused;
+  return refused;
 }
 
 typedef struct {
@@ -408,7 +411,7 @@ typedef struct {
 
 // x [rows, k] float -> bf16 (round to nearest even) [padded, k], rows past `rows` zero; every
 // CPU with AMX-BF16 has AVX512-BF16's conversion.
-__attribute__((target("avx512f,avx512bf16"))) static uint16_t *bf16_rows(
+__attribute__((target("avx512f,avx512bf16"))) uint16_t *bf16_rows(
     const float *x, int64_t rows, int64_t padded, int64_t k) {
   uint16_t *out = (uint16_t *)malloc(sizeof(uint16_t) * padded * k);
   int64_t i = 0, count = rows * k;
@@ -474,6 +477,19 @@ void amx_linear(const uint16_t *w, int64_t n, int64_t k, const float *x, int64_t
   free(xb);
 }
 
+void bf16_linear(const uint16_t *w, int64_t n, int64_t k, const float *x, int64_t rows, float *y,
+                 int threads);  // qgemv_bf16.c
+
+// The product on a weight's bf16 tiles: AMX where Linux granted it, else AVX-512 BF16 dot
+// products (qgemv.py makes tiles only where one of the two runs).
+void tiles_linear(const uint16_t *w, int64_t n, int64_t k, const float *x, int64_t rows,
+                  float *y, int threads) {
+  if (amx_granted)
+    amx_linear(w, n, k, x, rows, y, threads);
+  else
+    bf16_linear(w, n, k, x, rows, y, threads);
+}
+
 // ---- A whole decode step: every layer of a Llama-family decoder in one call ----------------
 // For a batch of decode rows (one new token per request) whose linear layers all run on the
 // kernels above: removes the per-layer calls and the tensor bookkeeping between them, which
@@ -484,7 +500,7 @@ typedef struct {
   int64_t bits, n, k;  // bits: 4 (groups of 32: q, d, m) or 8 (groups of 32: q, d)
   const void *q;
   const float *d, *m, *bias;  // bias may be NULL
-  const uint16_t *tiles;      // the AMX tiles of the weight (amx_linear), or NULL
+  const uint16_t *tiles;      // the bf16 tiles of the weight (tiles_linear), or NULL
 } qlinear;
 
 typedef struct {
@@ -495,7 +511,7 @@ typedef struct {
 
 typedef struct {
   int64_t layers, hidden, heads, kv_heads, dim, inter, pool_slots;
-  int64_t amx_rows;  // more rows than this run on a layer's AMX tiles, where it has them
+  int64_t tile_rows;  // more rows than this run on a layer's bf16 tiles, where it has them
   float eps;
   const float *cos, *sin, *final_norm;  // rotary tables [positions, dim]
   const qlayer *layer;
@@ -506,10 +522,10 @@ typedef struct {  // per-step scratch, sized for `rows` rows
   float *xs, *xsum;
 } rounding;
 
-static void linear_into(const qlinear *w, const float *x, int64_t rows, int64_t amx_rows,
+static void linear_into(const qlinear *w, const float *x, int64_t rows, int64_t tile_rows,
                         rounding *r, float *y, int threads) {
-  if (w->tiles && rows > amx_rows) {
-    amx_linear(w->tiles, w->n, w->k, x, rows, y, threads);
+  if (w->tiles && rows > tile_rows) {
+    tiles_linear(w->tiles, w->n, w->k, x, rows, y, threads);
   } else {
     quantize_rows(x, rows, w->k, r->xq, r->xs, r->xsum);
     if (w->bits == 4)
@@ -546,7 +562,7 @@ void decode_step(const qmodel *m, float *h, int64_t rows, const int64_t *positio
   for (int64_t l = 0; l < m->layers; l++) {
     const qlayer *L = m->layer + l;
     rms_norm(h, hid, L->in_norm, rows, hid, m->eps, xn);
-    linear_into(&L->qkv, xn, rows, m->amx_rows, &r, qkv, threads);
+    linear_into(&L->qkv, xn, rows, m->tile_rows, &r, qkv, threads);
     rotary_inplace(qkv, qkv_width, rows, m->heads, m->dim, positions, m->cos, m->sin);
     rotary_inplace(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, positions, m->cos, m->sin);
     write_kv(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, out_loc, m->pool_slots, L->k_pool);
@@ -555,12 +571,12 @@ void decode_step(const qmodel *m, float *h, int64_t rows, const int64_t *positio
     decode_attention(qkv, qkv_width, L->k_pool, L->v_pool, m->pool_slots, slots, lmax, lens,
                      rows, m->heads, m->kv_heads, m->dim, 1.0f / sqrtf((float)m->dim), att,
                      threads);
-    linear_into(&L->o, att, rows, m->amx_rows, &r, tmp, threads);
+    linear_into(&L->o, att, rows, m->tile_rows, &r, tmp, threads);
     add_into(h, tmp, rows * hid);
     rms_norm(h, hid, L->post_norm, rows, hid, m->eps, xn);
-    linear_into(&L->gate_up, xn, rows, m->amx_rows, &r, gu, threads);
+    linear_into(&L->gate_up, xn, rows, m->tile_rows, &r, gu, threads);
     silu_mul(gu, rows, m->inter, act);
-    linear_into(&L->down, act, rows, m->amx_rows, &r, tmp, threads);
+    linear_into(&L->down, act, rows, m->tile_rows, &r, tmp, threads);
     add_into(h, tmp, rows * hid);
   }
   rms_norm(h, hid, m->final_norm, rows, hid, m->eps, xn);

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 _SOURCES = [
     os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
-    for name in ("qgemv.c", "qgemv_avx512.c")
+    for name in ("qgemv.c", "qgemv_avx512.c", "qgemv_bf16.c")
 ]
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
@@ -100,7 +100,7 @@ def load() -> ctypes.CDLL | None:
     lib.write_kv.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _I64, _P]
     lib.silu_mul.argtypes = [_P, _I64, _I64, _P]
     lib.decode_step.argtypes = [_P, _P, _I64, _P, _P, _P, _I64, _P, _INT]
-    lib.amx_linear.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
+    lib.tiles_linear.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
     lib.argmax_rows.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
     lib.set_avx512.argtypes = [_INT, _INT]
     use_avx512(lib, avx512_vnni() and not os.environ.get("RADIXGEN_NO_AVX512"))
@@ -280,17 +280,19 @@ class NativeMatmul:
         return out
 
 
-def amx_tiles(w: torch.Tensor) -> torch.Tensor:
-    """A [n, k] weight as bf16 AMX B tiles (qgemv.c `amx_linear`): n a multiple of 16, k of 32."""
+def bf16_tiles(w: torch.Tensor) -> torch.Tensor:
+    """A [n, k] weight as bf16 tiles (qgemv.c `tiles_linear`: AMX B tiles, which are also the
+    pairs of qgemv_bf16.c's dot products): n a multiple of 16, k of 32."""
     n, k = w.shape
     tiles = w.to(torch.bfloat16).view(n // 16, 16, k // 32, 16, 2).permute(0, 2, 3, 1, 4)
     return tiles.contiguous()
 
 
-def amx_linear(tiles: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """x [rows, k] float32 @ W.T [k, n] on AMX tiles (x rounded to bf16, fp32 sums)."""
+def tiles_linear(tiles: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """x [rows, k] float32 @ W.T [k, n] on bf16 tiles (x rounded to bf16, fp32 sums), on AMX
+    where granted, else on AVX-512 BF16 dot products."""
     n, k = tiles.shape[0] * 16, tiles.shape[1] * 32
     x = x.to(torch.float32).contiguous()
     y = torch.empty(x.shape[0], n)
-    load().amx_linear(_ptr(tiles), n, k, _ptr(x), x.shape[0], _ptr(y), torch.get_num_threads())
+    load().tiles_linear(_ptr(tiles), n, k, _ptr(x), x.shape[0], _ptr(y), torch.get_num_threads())
     return y

@@ -16,7 +16,9 @@ So a file's own codes are kept, not rounded a second time.
 themselves (runtime/model/qgemv.c; activations rounded to int16 per group of 32) or, where
 those do not build, on torch's weight-only kernel for int4 (`_weight_int4pack_mm_for_cpu`,
 bf16 activations and scales) and a bf16 copy for int8; long extends run a dense GEMM over the
-dequantized weight, where the kernels lose (benchmarks/bench_cpu.py).
+dequantized weight, where the kernels lose (benchmarks/bench_cpu.py). On CPUs that multiply
+bf16 themselves (AMX tiles or AVX-512 BF16, `tile_kind`), every product of more than one row
+runs on a bf16 copy of the weight instead.
 """
 
 from __future__ import annotations
@@ -36,31 +38,45 @@ from runtime.model.qgemv import GROUP, pack_int4, unpack_int4
 # (576 x 3072 layer: int8 even at 64 rows, int4 loses past ~32).
 _KERNEL_ROWS = {"int8": 64, "int4": 32}
 NATIVE_ROWS = 16  # rows up to which our kernels beat dequantize + dense GEMM
-# With AMX: products of up to AMX_CODE_ROWS rows run on the int4/int8 codes (one row reads a
-# quarter of the bytes), larger ones on the tiles; decode steps of up to AMX_STEP_ROWS rows
-# run in one call.
-AMX_CODE_ROWS = 1
-AMX_STEP_ROWS = 64
+# With bf16 tiles (`tile_kind`): products of up to TILE_CODE_ROWS rows run on the int4/int8
+# codes (one row reads a quarter of the bytes), larger ones on the tiles; decode steps of up
+# to TILE_STEP_ROWS rows run in one call.
+TILE_CODE_ROWS = 1
+TILE_STEP_ROWS = 64
 _CHUNK_ROWS = 4096
 
 
 @functools.cache
 def amx_bf16() -> bool:
     """Whether this CPU multiplies bf16 AMX tiles (Intel Xeon since Sapphire Rapids) and Linux
-    lets us use them; RADIXGEN_NO_AMX=1 says no. There each quantized weight also keeps a bf16
-    copy laid out as tiles (twice int8's bytes, four times int4's), on which every product
-    of more than AMX_CODE_ROWS rows runs (576 x 3072 layer, 2 threads, 16 rows: 0.08 ms
-    against 0.58 ms on the int4 codes; one row: 0.09 against 0.06 ms, and the LM head 1.53
-    against 0.89 ms)."""
+    lets us use them; RADIXGEN_NO_AMX=1 says no (576 x 3072 layer, 2 threads, 16 rows: 0.08 ms
+    on the tiles against 0.58 ms on the int4 codes; one row: 0.09 against 0.06 ms, and the LM
+    head 1.53 against 0.89 ms)."""
     if os.environ.get("RADIXGEN_NO_AMX") or "amx_bf16" not in qgemv.cpu_flags():
         return False
     lib = qgemv.load()
     return lib is not None and lib.amx_enable() == 0
 
 
+@functools.cache
+def tile_kind() -> str | None:
+    """What multiplies a quantized weight's bf16 copy (laid out as tiles, qgemv.py
+    `bf16_tiles`) on this CPU: "amx", "avx512" (AVX-512 BF16 dot products, qgemv_bf16.c: AMD
+    Zen 4, Intel Cooper Lake) or None, where every product runs on the codes.
+    RADIXGEN_NO_BF16_TILES=1 says None. Where there is one, each quantized weight also keeps
+    that copy (twice int8's bytes, four times int4's), and every product of more than
+    TILE_CODE_ROWS rows runs on it: on a Zen 4 EPYC, 2 threads, 576 x 3072, 16 rows 0.17 ms
+    against 0.47 ms on the int4 codes, 64 rows 0.67 against 2.2 (0.80 in oneDNN's bf16 GEMM)."""
+    if os.environ.get("RADIXGEN_NO_BF16_TILES") or qgemv.load() is None:
+        return None
+    if amx_bf16():
+        return "amx"
+    return "avx512" if {"avx512f", "avx512_bf16"} <= qgemv.cpu_flags() else None
+
+
 def native_rows() -> int:
     """Rows up to which a decode batch runs on our kernels (runtime/model/decode_step.py)."""
-    return AMX_STEP_ROWS if amx_bf16() else NATIVE_ROWS
+    return TILE_STEP_ROWS if tile_kind() else NATIVE_ROWS
 
 
 class QuantizationError(ValueError):
@@ -243,9 +259,10 @@ class QuantizedMatmul:
         lib = qgemv.load()
         self.native = qgemv.NativeMatmul(lib, w) if lib is not None else None
         self.kernel_rows = NATIVE_ROWS if self.native else _KERNEL_ROWS[w.kind]
-        # AMX tiles (amx_bf16) run the products of more than AMX_CODE_ROWS rows; made on first
-        # use, so --enable-deterministic-inference (use_tiles off after loading) never holds them
-        self.use_tiles = amx_bf16() and w.rows % 16 == 0 and w.cols % 32 == 0
+        # bf16 tiles (tile_kind) run the products of more than TILE_CODE_ROWS rows; made on
+        # first use, so --enable-deterministic-inference (use_tiles off after loading) never
+        # holds them
+        self.use_tiles = bool(tile_kind()) and w.rows % 16 == 0 and w.cols % 32 == 0
         self.tiles: torch.Tensor | None = None
         if self.native is not None:
             self.packed = self.scales = None
@@ -257,18 +274,18 @@ class QuantizedMatmul:
             )
             self.scales = torch.stack([w.scale.T, w.zero.T], dim=-1).to(torch.bfloat16).contiguous()
 
-    def amx(self) -> torch.Tensor | None:
-        """The bf16 weight as AMX tiles (made on first use), or None where they do not run."""
+    def bf16_tiles(self) -> torch.Tensor | None:
+        """The bf16 weight as tiles (made on first use), or None where they do not run."""
         if not self.use_tiles:
             return None
         if self.tiles is None:
-            self.tiles = qgemv.amx_tiles(self.w.dequantize(torch.bfloat16))
+            self.tiles = qgemv.bf16_tiles(self.w.dequantize(torch.bfloat16))
         return self.tiles
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        tiles = self.amx() if x.shape[0] > AMX_CODE_ROWS else None
+        tiles = self.bf16_tiles() if x.shape[0] > TILE_CODE_ROWS else None
         if tiles is not None:
-            y = qgemv.amx_linear(tiles, x).to(x.dtype)
+            y = qgemv.tiles_linear(tiles, x).to(x.dtype)
             return y if bias is None else y + bias
         if x.shape[0] > self.kernel_rows:
             w = self.native.dequantize() if self.native else self.w.dequantize()

@@ -30,16 +30,16 @@ def decode_logits(runner: DirectRunner, steps: int) -> list[torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("amx", [False, True])
+@pytest.mark.parametrize("tiles", [False, True])
 @pytest.mark.parametrize("quantization", ["int4", "int8"])
 @pytest.mark.parametrize("variant", ["llama", "llama-untied-llama3rope", "qwen2"])
 def test_native_step_equals_the_layer_by_layer_path(
-    variant, quantization, amx, tmp_path, smollm2_folder, monkeypatch
+    variant, quantization, tiles, tmp_path, smollm2_folder, monkeypatch
 ):
-    if amx and not quantization_module.amx_bf16():
-        pytest.skip("no AMX tiles on this CPU")
-    if not amx:
-        monkeypatch.setattr(quantization_module, "amx_bf16", lambda: False)
+    if tiles and not quantization_module.tile_kind():
+        pytest.skip("no bf16 tiles on this CPU (AMX or AVX-512 BF16)")
+    if not tiles:
+        monkeypatch.setattr(quantization_module, "tile_kind", lambda: None)
     model_type, overrides = TINY_VARIANTS[variant]
     folder = make_tiny_model(str(tmp_path), smollm2_folder, model_type, **overrides)
     calls = []

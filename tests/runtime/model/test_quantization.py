@@ -69,7 +69,7 @@ def test_q4_k_blocks_become_int4_codes_equal_to_the_files_values():
     from gguf.quants import dequantize
 
     rng = np.random.default_rng(0)
-    rows, cols = 16, 512  # two super-blocks of 256 a row; 16 rows: AMX tiles where present
+    rows, cols = 16, 512  # two super-blocks of 256 a row; 16 rows: bf16 tiles where present
     raw = rng.integers(0, 256, (rows, cols // 256, 144), dtype=np.uint8)
     halves = rng.uniform(0.001, 0.05, (rows, cols // 256, 2)).astype(np.float16)
     raw[..., 0:4] = halves.view(np.uint8)  # d and dmin: finite, as a quantizer writes them
@@ -83,7 +83,7 @@ def test_q4_k_blocks_become_int4_codes_equal_to_the_files_values():
         assert torch.allclose(qgemv.NativeMatmul(lib, ours).dequantize(), reference, atol=1e-6)
         torch.manual_seed(0)
         matmul = QuantizedMatmul(ours)
-        tolerance = 1e-2 if matmul.use_tiles else 1e-4  # AMX tiles: bf16 products
+        tolerance = 1e-2 if matmul.use_tiles else 1e-4  # bf16 tiles: bf16 products
         for rows in (1, 3):
             x = torch.randn(rows, cols)
             ref = x @ reference.T
@@ -105,14 +105,14 @@ def test_pack_unpack_round_trip_and_rounding_bounds():
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
-@pytest.mark.parametrize("path", ["native", "torch", "amx"])
+@pytest.mark.parametrize("path", ["native", "torch", "tiles"])
 def test_every_matmul_path_matches_the_dense_product(kind, path, monkeypatch):
     if path != "torch" and qgemv.load() is None:
         pytest.skip("no AVX2 CPU or C compiler")
-    if path == "amx" and not quantization.amx_bf16():
-        pytest.skip("no AMX tiles on this CPU")
-    if path != "amx":
-        monkeypatch.setattr(quantization, "amx_bf16", lambda: False)
+    if path == "tiles" and not quantization.tile_kind():
+        pytest.skip("no bf16 tiles on this CPU (AMX or AVX-512 BF16)")
+    if path != "tiles":
+        monkeypatch.setattr(quantization, "tile_kind", lambda: None)
     if path == "torch":
         monkeypatch.setattr(qgemv, "load", lambda: None)  # torch's weight-only kernels
     torch.manual_seed(0)
@@ -120,11 +120,11 @@ def test_every_matmul_path_matches_the_dense_product(kind, path, monkeypatch):
     q = quantize(w, kind)
     matmul = QuantizedMatmul(q)
     assert (matmul.native is not None) == (path != "torch")
-    assert matmul.use_tiles == (path == "amx")
+    assert matmul.use_tiles == (path == "tiles")
     dense = q.dequantize()
-    # native kernels: int16 activations; torch's: bf16 activations and output; AMX: bf16
+    # native kernels: int16 activations; torch's: bf16 activations and output; tiles: bf16
     # activations and weights past one row
-    tolerance = {"native": 1e-4, "torch": 2e-2, "amx": 1e-2}[path]
+    tolerance = {"native": 1e-4, "torch": 2e-2, "tiles": 1e-2}[path]
     for rows in (1, 3, 4, 5, 16, 17, 80):
         x = torch.randn(rows, 96)
         ref = x @ dense.T + bias
@@ -134,7 +134,7 @@ def test_every_matmul_path_matches_the_dense_product(kind, path, monkeypatch):
     assert torch.equal(matmul.rows(ids, torch.float32), dense[ids])
 
 
-@pytest.mark.skipif(not quantization.amx_bf16(), reason="no AMX tiles on this CPU")
+@pytest.mark.skipif(not quantization.tile_kind(), reason="no bf16 tiles on this CPU")
 def test_deterministic_inference_keeps_every_row_on_the_codes():
     fast = DirectRunner("smollm2", quantization="int4")
     fixed = DirectRunner("smollm2", quantization="int4", enable_deterministic_inference=True)
@@ -153,16 +153,18 @@ def test_deterministic_inference_keeps_every_row_on_the_codes():
     assert fast_layer.tiles is not None and not fixed_layer.use_tiles and fixed_layer.tiles is None
 
 
-@pytest.mark.skipif(not quantization.amx_bf16(), reason="no AMX tiles on this CPU")
-def test_amx_tiles_multiply_like_torch_on_bf16_values():
+@pytest.mark.skipif(not quantization.tile_kind(), reason="no bf16 tiles on this CPU")
+def test_bf16_tiles_multiply_like_torch_on_bf16_values():
     torch.manual_seed(0)
-    for n, k in ((48, 64), (160, 96), (576, 1536)):  # an odd number of 16-row tiles first
+    # an odd number of 16-column tiles first; rows: every block of 8 held in registers, and
+    # more than one chunk of 64
+    for n, k in ((48, 64), (160, 96), (576, 1536)):
         w = torch.randn(n, k).to(torch.bfloat16)
-        tiles = qgemv.amx_tiles(w)
-        for rows in (1, 5, 16, 17, 40):
+        tiles = qgemv.bf16_tiles(w)
+        for rows in (1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 40, 64, 130):
             x = torch.randn(rows, k)
             ref = x.to(torch.bfloat16).double() @ w.double().T  # bf16 inputs, exact sums
-            err = (qgemv.amx_linear(tiles, x).double() - ref).abs().max() / ref.abs().max()
+            err = (qgemv.tiles_linear(tiles, x).double() - ref).abs().max() / ref.abs().max()
             assert err < 1e-5, (n, k, rows, float(err))
 
 
