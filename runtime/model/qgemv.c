@@ -259,10 +259,40 @@ static inline float dot(const float *a, const float *b, int64_t dim) {
   return hsum(acc);
 }
 
+// e^x for 8 floats (x clamped to [-87, 88]): 2^n e^r with n = round(x / ln 2) and r = x - n ln 2
+// (ln 2 in two parts), e^r by its Taylor series to r^6 (|r| <= ln 2 / 2: under 2e-7 relative).
+static inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  static const float terms[] = {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+  for (int i = 0; i < 6; i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(terms[i]));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// v[i] = e^(v[i] - top) for i < len; returns their sum.
+static float exp_shifted(float *v, int64_t len, float top) {
+  __m256 t = _mm256_set1_ps(top), acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(v + i), t));
+    _mm256_storeu_ps(v + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float total = hsum(acc);
+  for (; i < len; i++) total += (v[i] = expf(v[i] - top));
+  return total;
+}
+
 // Attention of one new token per request over its cached tokens, read in place from the
 // head-major pool (k, v: [kv_heads, pool_slots, dim]); slots [batch, lmax] lists each
 // request's KV slots, of which the first lens[b] count. q: [batch, heads, dim] rows of stride
-// q_stride; out: [batch, heads, dim]. dim must be a multiple of 8.
+// q_stride; out: [batch, heads, dim]. dim must be a multiple of 8. The query heads sharing a
+// KV head go through each cached row together, so K and V are read once per request.
 void decode_attention(const float *q, int64_t q_stride, const float *k, const float *v,
                       int64_t pool_slots, const int64_t *slots, int64_t lmax,
                       const int64_t *lens, int64_t batch, int64_t heads, int64_t kv_heads,
@@ -273,21 +303,27 @@ void decode_attention(const float *q, int64_t q_stride, const float *k, const fl
     int64_t b = pair / kv_heads, h = pair % kv_heads, len = lens[b];
     const int64_t *s = slots + b * lmax;
     const float *kh = k + h * pool_slots * dim, *vh = v + h * pool_slots * dim;
+    const float *qh = q + b * q_stride + h * group * dim;
     float *scores = (float *)malloc(sizeof(float) * group * len);
+    float *o = out + (b * heads + h * group) * dim;  // the group's heads, one after another
+    for (int64_t j = 0; j < len; j++) {
+      const float *kj = kh + s[j] * dim;
+      for (int64_t g = 0; g < group; g++) scores[g * len + j] = dot(qh + g * dim, kj, dim) * scale;
+    }
     for (int64_t g = 0; g < group; g++) {
-      const float *qg = q + b * q_stride + (h * group + g) * dim;
-      float *sg = scores + g * len, top = -INFINITY, total = 0.0f;
-      for (int64_t j = 0; j < len; j++) {
-        sg[j] = dot(qg, kh + s[j] * dim, dim) * scale;
-        top = sg[j] > top ? sg[j] : top;
-      }
-      for (int64_t j = 0; j < len; j++) total += (sg[j] = expf(sg[j] - top));
-      float *o = out + (b * heads + h * group + g) * dim;
-      for (int64_t i = 0; i < dim; i++) o[i] = 0.0f;
-      for (int64_t j = 0; j < len; j++) {
-        const float *vj = vh + s[j] * dim;
-        float p = sg[j] / total;
-        for (int64_t i = 0; i < dim; i++) o[i] += p * vj[i];
+      float *sg = scores + g * len, top = -INFINITY;
+      for (int64_t j = 0; j < len; j++) top = sg[j] > top ? sg[j] : top;
+      float inv = 1.0f / exp_shifted(sg, len, top);
+      for (int64_t j = 0; j < len; j++) sg[j] *= inv;
+    }
+    for (int64_t i = 0; i < group * dim; i++) o[i] = 0.0f;
+    for (int64_t j = 0; j < len; j++) {
+      const float *vj = vh + s[j] * dim;
+      for (int64_t g = 0; g < group; g++) {
+        __m256 p = _mm256_set1_ps(scores[g * len + j]);
+        float *og = o + g * dim;
+        for (int64_t i = 0; i < dim; i += 8)
+          _mm256_storeu_ps(og + i, _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + i), _mm256_loadu_ps(og + i)));
       }
     }
     free(scores);
@@ -305,11 +341,18 @@ void write_kv(const float *rows, int64_t stride, int64_t tokens, int64_t kv_head
 
 // silu(gate) * up for rows of [gate | up] (width 2 * inter): out [rows, inter].
 void silu_mul(const float *x, int64_t rows, int64_t inter, float *out) {
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t i = 0; i < inter; i++) {
-      float g = x[r * 2 * inter + i];
-      out[r * inter + i] = g / (1.0f + expf(-g)) * x[r * 2 * inter + inter + i];
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  for (int64_t r = 0; r < rows; r++) {
+    const float *gate = x + r * 2 * inter, *up = gate + inter;
+    float *o = out + r * inter;
+    int64_t i = 0;
+    for (; i + 8 <= inter; i += 8) {
+      __m256 g = _mm256_loadu_ps(gate + i);
+      __m256 d = _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, g)));
+      _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_div_ps(g, d), _mm256_loadu_ps(up + i)));
     }
+    for (; i < inter; i++) o[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+  }
 }
 
 // Greedy picks: out[i] = the index of the largest value of row rows[i] of x (row stride
