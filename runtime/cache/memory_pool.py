@@ -3,7 +3,8 @@
 Slot 0 of the KV pool is a zeroed padding slot that is never handed out, so padded gathers
 read finite values.
 
-The pool may store K/V in an fp8 format (`--kv-cache-dtype fp8_e4m3`): a value x is kept as
+The pool may store K/V in bf16 beside a float32 model (`--kv-cache-dtype bfloat16`: half the
+bytes, values rounded to bf16) or in an fp8 format (`--kv-cache-dtype fp8_e4m3`): a value x is kept as
 x / scale rounded to fp8 (clamped to the format's range) and read back as stored * scale, with
 one scale for K and one for V. Readers upcast with `load`; kernels take the scales as arguments.
 """
@@ -16,9 +17,11 @@ FP8_KV_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 
 def kv_cache_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
-    """The dtype K/V are stored in: `auto` keeps the model's, `fp8_e4m3` / `fp8_e5m2` store
-    one byte per value."""
-    return model_dtype if name == "auto" else FP8_KV_DTYPES[name]
+    """The dtype K/V are stored in: `auto` keeps the model's, `bfloat16` stores two bytes per
+    value (half of a float32 model's), `fp8_e4m3` / `fp8_e5m2` one."""
+    if name == "auto":
+        return model_dtype
+    return torch.bfloat16 if name == "bfloat16" else FP8_KV_DTYPES[name]
 
 
 class ReqToTokenPool:
@@ -100,13 +103,13 @@ class TokenToKVPool:
         """x as this pool keeps it: unchanged, or divided by `scale` and rounded to fp8 within
         the format's finite range (a cast alone would turn larger values into NaN)."""
         if not self.fp8:
-            return x
+            return x if x.dtype == self.dtype else x.to(self.dtype)
         limit = torch.finfo(self.dtype).max
         return (x.float() / scale).clamp_(-limit, limit).to(self.dtype)
 
     def load(self, stored: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
         """Values gathered from this pool as real values in `dtype`."""
         if not self.fp8:
-            return stored
+            return stored if stored.dtype == dtype else stored.to(dtype)
         out = stored.to(dtype)
         return out if scale == 1.0 else out.mul_(scale)

@@ -6,8 +6,8 @@ bookkeeping per layer, thirty layers) cost as much as the reads themselves; this
 layer of an all-decode batch in C instead, on the same kernels the layers use one by one, so
 the two paths agree to float rounding (tests/runtime/model/test_decode_step.py).
 
-It applies when every linear layer runs on the native int4/int8 kernels, activations and the
-KV pool are float32 on the CPU, there is no q/k norm, and the batch has at most
+It applies when every linear layer runs on the native int4/int8 kernels, activations are
+float32 and the KV pool float32 or bf16 on the CPU, there is no q/k norm, and the batch has at most
 `native_rows()` (runtime/model/quantization.py) decode rows; `NativeDecodeStep.for_model`
 returns None otherwise. Where a layer keeps bf16 tiles, batches of more than TILE_CODE_ROWS rows
 run its products on them.
@@ -59,6 +59,7 @@ class _Model(ctypes.Structure):
         ("inter", ctypes.c_int64),
         ("pool_slots", ctypes.c_int64),
         ("tile_rows", ctypes.c_int64),
+        ("kv_bf16", ctypes.c_int64),
         ("eps", ctypes.c_float),
         ("cos", ctypes.c_void_p),
         ("sin", ctypes.c_void_p),
@@ -102,7 +103,11 @@ class NativeDecodeStep:
         if model.tp is not None:  # the step has no collectives
             return None
         pools = kv_pool.k_heads + kv_pool.v_heads
-        if not _is_float32_cpu(model.norm.weight, model.rotary.cos, *pools):
+        if not _is_float32_cpu(model.norm.weight, model.rotary.cos):
+            return None
+        if kv_pool.dtype not in qgemv.NATIVE_KV_DTYPES or not all(
+            p.device.type == "cpu" and p.is_contiguous() for p in pools
+        ):
             return None
         layers = (_Layer * len(model.layers))()
         for i, layer in enumerate(model.layers):
@@ -128,6 +133,7 @@ class NativeDecodeStep:
             cfg.intermediate_size,
             kv_pool.k_heads[0].shape[1],
             TILE_CODE_ROWS,
+            int(kv_pool.dtype == torch.bfloat16),
             cfg.rms_norm_eps,
             model.rotary.cos.data_ptr(),
             model.rotary.sin.data_ptr(),

@@ -7,7 +7,8 @@
 // x is first rounded to int16 per group of 32 (xq * xs; llama.cpp rounds to int8 instead, which
 // cost 0.8% perplexity here), so each group is one exact integer dot product; the m term uses
 // the float sum of the group.
-// Built (with qgemv_avx512.c and qgemv_bf16.c) by runtime/model/qgemv.py with gcc -O3 -mavx2 -mfma -fopenmp.
+// Built (with qgemv_avx512.c and qgemv_bf16.c) by runtime/model/qgemv.py with gcc -O3 -mavx2
+// -mfma -fopenmp.
 
 #include <immintrin.h>
 #include <math.h>
@@ -252,13 +253,6 @@ void rotary_inplace(float *qkv, int64_t stride, int64_t rows, int64_t heads, int
   }
 }
 
-static inline float dot(const float *a, const float *b, int64_t dim) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < dim; i += 8)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  return hsum(acc);
-}
-
 // e^x for 8 floats (x clamped to [-87, 88]): 2^n e^r with n = round(x / ln 2) and r = x - n ln 2
 // (ln 2 in two parts), e^r by its Taylor series to r^6 (|r| <= ln 2 / 2: under 2e-7 relative).
 static inline __m256 exp8(__m256 x) {
@@ -270,7 +264,8 @@ static inline __m256 exp8(__m256 x) {
   __m256 p = _mm256_set1_ps(1.0f / 720);
   static const float terms[] = {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
   for (int i = 0; i < 6; i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(terms[i]));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+  e = _mm256_slli_epi32(e, 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -288,27 +283,45 @@ static float exp_shifted(float *v, int64_t len, float top) {
   return total;
 }
 
-// Attention of one new token per request over its cached tokens, read in place from the
-// head-major pool (k, v: [kv_heads, pool_slots, dim]); slots [batch, lmax] lists each
-// request's KV slots, of which the first lens[b] count. q: [batch, heads, dim] rows of stride
-// q_stride; out: [batch, heads, dim]. dim must be a multiple of 8. The query heads sharing a
-// KV head go through each cached row together, so K and V are read once per request.
-void decode_attention(const float *q, int64_t q_stride, const float *k, const float *v,
-                      int64_t pool_slots, const int64_t *slots, int64_t lmax,
-                      const int64_t *lens, int64_t batch, int64_t heads, int64_t kv_heads,
-                      int64_t dim, float scale, float *out, int threads) {
+// The address of value `index` of a pool (float32, or bf16 with `bf16`).
+static inline const void *kv_row(const void *pool, int64_t index, int bf16) {
+  return (const char *)pool + index * (bf16 ? 2 : 4);
+}
+// A pool row of dim values as floats: in place for float32, else widened into `buf` once
+// (every query head of the group then reads it).
+static inline const float *row_floats(const void *row, int64_t dim, float *buf, const int bf16) {
+  if (!bf16) return (const float *)row;
+  for (int64_t i = 0; i < dim; i += 8) {
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
+    __m256i widened = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    _mm256_storeu_ps(buf + i, _mm256_castsi256_ps(widened));
+  }
+  return buf;
+}
+
+static inline __attribute__((always_inline)) void attend(
+    const float *q, int64_t q_stride, const void *k, const void *v, int64_t pool_slots,
+    const int64_t *slots, int64_t lmax, const int64_t *lens, int64_t batch, int64_t heads,
+    int64_t kv_heads, int64_t dim, float scale, float *out, int threads, const int bf16) {
   int64_t group = heads / kv_heads;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t pair = 0; pair < batch * kv_heads; pair++) {
     int64_t b = pair / kv_heads, h = pair % kv_heads, len = lens[b];
     const int64_t *s = slots + b * lmax;
-    const float *kh = k + h * pool_slots * dim, *vh = v + h * pool_slots * dim;
+    const void *kh = kv_row(k, h * pool_slots * dim, bf16);
+    const void *vh = kv_row(v, h * pool_slots * dim, bf16);
     const float *qh = q + b * q_stride + h * group * dim;
-    float *scores = (float *)malloc(sizeof(float) * group * len);
+    float *scores = (float *)malloc(sizeof(float) * (group * len + dim));
+    float *row = scores + group * len;                // a bf16 row as floats
     float *o = out + (b * heads + h * group) * dim;  // the group's heads, one after another
     for (int64_t j = 0; j < len; j++) {
-      const float *kj = kh + s[j] * dim;
-      for (int64_t g = 0; g < group; g++) scores[g * len + j] = dot(qh + g * dim, kj, dim) * scale;
+      const float *kj = row_floats(kv_row(kh, s[j] * dim, bf16), dim, row, bf16);
+      for (int64_t g = 0; g < group; g++) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t i = 0; i < dim; i += 8)
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + g * dim + i), _mm256_loadu_ps(kj + i), acc);
+        scores[g * len + j] = hsum(acc) * scale;
+      }
     }
     for (int64_t g = 0; g < group; g++) {
       float *sg = scores + g * len, top = -INFINITY;
@@ -318,25 +331,57 @@ void decode_attention(const float *q, int64_t q_stride, const float *k, const fl
     }
     for (int64_t i = 0; i < group * dim; i++) o[i] = 0.0f;
     for (int64_t j = 0; j < len; j++) {
-      const float *vj = vh + s[j] * dim;
+      const float *vj = row_floats(kv_row(vh, s[j] * dim, bf16), dim, row, bf16);
       for (int64_t g = 0; g < group; g++) {
         __m256 p = _mm256_set1_ps(scores[g * len + j]);
         float *og = o + g * dim;
         for (int64_t i = 0; i < dim; i += 8)
-          _mm256_storeu_ps(og + i, _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + i), _mm256_loadu_ps(og + i)));
+          _mm256_storeu_ps(og + i,
+                           _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + i), _mm256_loadu_ps(og + i)));
       }
     }
     free(scores);
   }
 }
 
-// k/v rows [tokens, kv_heads, dim] (row stride `stride`) into the head-major pool at `slots`.
+// Attention of one new token per request over its cached tokens, read in place from the
+// head-major pool (k, v: [kv_heads, pool_slots, dim], float32, or bf16 with kv_bf16); slots
+// [batch, lmax] lists each request's KV slots, of which the first lens[b] count. q: [batch,
+// heads, dim] rows of stride q_stride; out: [batch, heads, dim]. dim must be a multiple of 8.
+// The query heads sharing a KV head go through each cached row together, so K and V are read
+// once per request.
+void decode_attention(const float *q, int64_t q_stride, const void *k, const void *v,
+                      int64_t pool_slots, const int64_t *slots, int64_t lmax,
+                      const int64_t *lens, int64_t batch, int64_t heads, int64_t kv_heads,
+                      int64_t dim, float scale, float *out, int threads, int kv_bf16) {
+  if (kv_bf16)
+    attend(q, q_stride, k, v, pool_slots, slots, lmax, lens, batch, heads, kv_heads, dim, scale,
+           out, threads, 1);
+  else
+    attend(q, q_stride, k, v, pool_slots, slots, lmax, lens, batch, heads, kv_heads, dim, scale,
+           out, threads, 0);
+}
+
+// k/v rows [tokens, kv_heads, dim] (row stride `stride`) into the head-major pool at `slots`
+// (float32, or bf16 with `bf16`: rounded to nearest even, as torch casts).
 void write_kv(const float *rows, int64_t stride, int64_t tokens, int64_t kv_heads, int64_t dim,
-              const int64_t *slots, int64_t pool_slots, float *pool) {
+              const int64_t *slots, int64_t pool_slots, void *pool, int bf16) {
   for (int64_t t = 0; t < tokens; t++)
-    for (int64_t h = 0; h < kv_heads; h++)
-      memcpy(pool + (h * pool_slots + slots[t]) * dim, rows + t * stride + h * dim,
-             sizeof(float) * dim);
+    for (int64_t h = 0; h < kv_heads; h++) {
+      const float *x = rows + t * stride + h * dim;
+      int64_t at = (h * pool_slots + slots[t]) * dim;
+      if (!bf16) {
+        memcpy((float *)pool + at, x, sizeof(float) * dim);
+        continue;
+      }
+      uint16_t *out = (uint16_t *)pool + at;
+      for (int64_t i = 0; i < dim; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, 4);
+        out[i] = isnan(x[i]) ? (uint16_t)((u >> 16) | 0x40)
+                             : (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+      }
+    }
 }
 
 // silu(gate) * up for rows of [gate | up] (width 2 * inter): out [rows, inter].
@@ -549,12 +594,13 @@ typedef struct {
 typedef struct {
   const float *in_norm, *post_norm;
   qlinear qkv, o, gate_up, down;
-  float *k_pool, *v_pool;  // head-major [kv_heads, pool_slots, dim]
+  void *k_pool, *v_pool;  // head-major [kv_heads, pool_slots, dim], float32 or bf16
 } qlayer;
 
 typedef struct {
   int64_t layers, hidden, heads, kv_heads, dim, inter, pool_slots;
   int64_t tile_rows;  // more rows than this run on a layer's bf16 tiles, where it has them
+  int64_t kv_bf16;    // the KV pools hold bf16 (else float32)
   float eps;
   const float *cos, *sin, *final_norm;  // rotary tables [positions, dim]
   const qlayer *layer;
@@ -608,12 +654,13 @@ void decode_step(const qmodel *m, float *h, int64_t rows, const int64_t *positio
     linear_into(&L->qkv, xn, rows, m->tile_rows, &r, qkv, threads);
     rotary_inplace(qkv, qkv_width, rows, m->heads, m->dim, positions, m->cos, m->sin);
     rotary_inplace(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, positions, m->cos, m->sin);
-    write_kv(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, out_loc, m->pool_slots, L->k_pool);
+    write_kv(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, out_loc, m->pool_slots, L->k_pool,
+             m->kv_bf16);
     write_kv(qkv + qd + kvd, qkv_width, rows, m->kv_heads, m->dim, out_loc, m->pool_slots,
-             L->v_pool);
+             L->v_pool, m->kv_bf16);
     decode_attention(qkv, qkv_width, L->k_pool, L->v_pool, m->pool_slots, slots, lmax, lens,
                      rows, m->heads, m->kv_heads, m->dim, 1.0f / sqrtf((float)m->dim), att,
-                     threads);
+                     threads, m->kv_bf16);
     linear_into(&L->o, att, rows, m->tile_rows, &r, tmp, threads);
     add_into(h, tmp, rows * hid);
     rms_norm(h, hid, L->post_norm, rows, hid, m->eps, xn);

@@ -94,10 +94,10 @@ def load() -> ctypes.CDLL | None:
     lib.rms_norm.argtypes = [_P, _I64, _P, _I64, _I64, ctypes.c_float, _P]
     lib.rotary_inplace.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P]
     lib.decode_attention.argtypes = [_P, _I64, _P, _P, _I64, _P, _I64, _P, _I64, _I64, _I64]
-    lib.decode_attention.argtypes += [_I64, ctypes.c_float, _P, _INT]
+    lib.decode_attention.argtypes += [_I64, ctypes.c_float, _P, _INT, _INT]
     lib.int4_linear.argtypes = [_P, _P, _P, _I64, _I64, _P, _I64, _P, _INT]
     lib.int8_linear.argtypes = [_P, _P, _I64, _I64, _P, _I64, _P, _INT]
-    lib.write_kv.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _I64, _P]
+    lib.write_kv.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _I64, _P, _INT]
     lib.silu_mul.argtypes = [_P, _I64, _I64, _P]
     lib.decode_step.argtypes = [_P, _P, _I64, _P, _P, _P, _I64, _P, _INT]
     lib.tiles_linear.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
@@ -154,14 +154,18 @@ def rotary_inplace(
     return True
 
 
+NATIVE_KV_DTYPES = (torch.float32, torch.bfloat16)  # the pools the native kernels read
+
+
 def write_kv(pool: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> bool:
-    """pool[:, slots] = rows for a head-major float32 pool [kv_heads, pool slots, dim] and rows
-    [tokens, kv_heads, dim] with contiguous heads; False, untouched, where that does not apply."""
+    """pool[:, slots] = rows (rounded to bf16 for a bf16 pool) for a head-major float32 or bf16
+    pool [kv_heads, pool slots, dim] and float32 rows [tokens, kv_heads, dim] with contiguous
+    heads; False, untouched, where that does not apply."""
     lib = load()
     if (
         lib is None
         or rows.dtype != torch.float32
-        or pool.dtype != torch.float32
+        or pool.dtype not in NATIVE_KV_DTYPES
         or rows.device.type != "cpu"
         or not pool.is_contiguous()
         or rows.stride(2) != 1
@@ -171,9 +175,11 @@ def write_kv(pool: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> boo
     ):
         return False
     tokens, kv_heads, dim = rows.shape
+    bf16 = int(pool.dtype == torch.bfloat16)
     lib.write_kv(
-        _ptr(rows), rows.stride(0), tokens, kv_heads, dim, _ptr(slots), pool.shape[1], _ptr(pool)
-    )
+        _ptr(rows), rows.stride(0), tokens, kv_heads, dim, _ptr(slots), pool.shape[1], _ptr(pool),
+        bf16,
+    )  # fmt: skip
     return True
 
 
@@ -210,14 +216,15 @@ def decode_attention(
     lens: torch.Tensor,
 ) -> torch.Tensor | None:
     """One query per request over its cached K/V read in place from the head-major pool
-    ([kv_heads, pool slots, dim]); q [batch, heads, dim] float32. None when the kernel does not
-    apply (another dtype or device, a head_dim not a multiple of 8)."""
+    ([kv_heads, pool slots, dim], float32 or bf16); q [batch, heads, dim] float32. None when
+    the kernel does not apply (another dtype or device, a head_dim not a multiple of 8)."""
     lib = load()
     batch, heads, dim = q.shape
     if (
         lib is None
         or q.dtype != torch.float32
-        or k_heads.dtype != torch.float32
+        or k_heads.dtype not in NATIVE_KV_DTYPES
+        or v_heads.dtype != k_heads.dtype
         or q.device.type != "cpu"
         or dim % 8
         or q.stride(2) != 1
@@ -231,7 +238,7 @@ def decode_attention(
     lib.decode_attention(
         _ptr(q), q.stride(0), _ptr(k_heads), _ptr(v_heads), k_heads.shape[1],
         _ptr(slots), slots.shape[1], _ptr(lens), batch, heads, k_heads.shape[0], dim,
-        dim**-0.5, _ptr(out), torch.get_num_threads(),
+        dim**-0.5, _ptr(out), torch.get_num_threads(), int(k_heads.dtype == torch.bfloat16),
     )  # fmt: skip
     return out
 

@@ -26,7 +26,7 @@ def tiny_folder(tmp_path_factory):
     return make_tiny_model(folder, tokenizer_folder(), "llama", seed=3)
 
 
-@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "bfloat16", "fp8_e4m3"])
 def test_padded_static_decode_matches_the_eager_step(tiny_folder, kv_cache_dtype):
     options = dict(
         backend="triton",

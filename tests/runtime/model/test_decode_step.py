@@ -62,3 +62,25 @@ def test_the_step_does_not_apply_to_float_weights_or_qk_norm(tmp_path, smollm2_f
     for folder, quantization in ((qwen3, "int4"), (qwen3, "none")):
         runner = DirectRunner(folder, quantization=quantization).runner
         assert NativeDecodeStep.for_model(runner.model, runner.kv_pool) is None
+
+
+def test_native_step_reads_and_writes_a_bf16_cache(tmp_path, smollm2_folder, monkeypatch):
+    """--kv-cache-dtype bfloat16 beside float32 activations: the one-call step writes and reads
+    the bf16 pool as the layer-by-layer path does (torch's cast, then float32 attention)."""
+    model_type, overrides = TINY_VARIANTS["llama"]
+    folder = make_tiny_model(str(tmp_path), smollm2_folder, model_type, **overrides)
+    calls = []
+    native_call = NativeDecodeStep.__call__
+    monkeypatch.setattr(
+        NativeDecodeStep, "__call__", lambda self, *a: calls.append(1) or native_call(self, *a)
+    )
+    runner = DirectRunner(folder, quantization="int4", kv_cache_dtype="bfloat16")
+    assert runner.runner.kv_pool.k_heads[0].dtype == torch.bfloat16
+    ours = decode_logits(runner, steps=4)
+    assert len(calls) == 4
+    monkeypatch.setattr(NativeDecodeStep, "for_model", classmethod(lambda cls, m, p: None))
+    reference = decode_logits(
+        DirectRunner(folder, quantization="int4", kv_cache_dtype="bfloat16"), steps=4
+    )
+    for a, b in zip(ours, reference):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)

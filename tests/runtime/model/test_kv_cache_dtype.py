@@ -1,6 +1,7 @@
 """--kv-cache-dtype fp8_e4m3 / fp8_e5m2: the pool keeps one byte per value, clamps instead of
 overflowing, holds twice the tokens of bf16 in the same memory, and SmolLM2 keeps its
-perplexity and greedy tokens on it."""
+perplexity and greedy tokens on it; bfloat16 beside a float32 model likewise, on the native
+decode step."""
 
 import math
 from pathlib import Path
@@ -36,6 +37,7 @@ def test_kv_cache_dtype_names():
     assert kv_cache_dtype("auto", torch.bfloat16) is torch.bfloat16
     assert kv_cache_dtype("fp8_e4m3", torch.bfloat16) is torch.float8_e4m3fn
     assert kv_cache_dtype("fp8_e5m2", torch.float32) is torch.float8_e5m2
+    assert kv_cache_dtype("bfloat16", torch.float32) is torch.bfloat16
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         ServerArgs(kv_cache_dtype="int8")
     with pytest.raises(ValueError, match="cuda_graph_max_bs"):
@@ -55,10 +57,12 @@ def test_fp8_pool_holds_twice_the_tokens_of_bf16(smollm2_folder):
     assert 1.8 < sizes["fp8_e4m3"] / sizes["auto"] < 2.2, sizes
 
 
-def test_smollm2_keeps_its_perplexity_and_greedy_tokens_on_an_fp8_cache(one_thread):
+@pytest.mark.parametrize("kv", ["fp8_e4m3", "bfloat16"])
+def test_smollm2_keeps_its_perplexity_and_greedy_tokens_on_a_smaller_cache(kv, one_thread):
     """Perplexity on the first 1,000 tokens of tests/data/perplexity_text.txt in chunks of 16
     (so that most attention reads cached K/V), int4 weights. Measured: 12.824 with a float32
-    cache, 13.015 (+1.5%) with fp8_e4m3, 13.835 (+7.9%) with fp8_e5m2 (2 mantissa bits)."""
+    cache, 13.015 (+1.5%) with fp8_e4m3, 13.835 (+7.9%) with fp8_e5m2 (2 mantissa bits),
+    12.827 with bfloat16 (+0.11% against 12.813 on the float32 cache in that run)."""
     from runtime.model.loader import load_tokenizer, resolve_model_path
 
     tokenizer = load_tokenizer(resolve_model_path("smollm2"))
@@ -66,12 +70,14 @@ def test_smollm2_keeps_its_perplexity_and_greedy_tokens_on_an_fp8_cache(one_thre
     ids = tokenizer(text)["input_ids"][:1000]
     prompt = tokenizer("The capital of France is")["input_ids"]
     ppl, greedy = {}, {}
-    for kv in ("auto", "fp8_e4m3"):
+    for name in ("auto", kv):
         runner = DirectRunner(
-            "smollm2", quantization="int4", max_total_tokens=2000, kv_cache_dtype=kv
+            "smollm2", quantization="int4", max_total_tokens=2000, kv_cache_dtype=name
         )
-        ppl[kv] = _perplexity(runner, ids, 16)
-        greedy[kv] = _greedy(runner, "p", prompt, 16)
-    assert math.isfinite(ppl["fp8_e4m3"]) and ppl["fp8_e4m3"] != ppl["auto"]
-    assert abs(ppl["fp8_e4m3"] / ppl["auto"] - 1) < 0.03, ppl
-    assert greedy["fp8_e4m3"] == greedy["auto"]
+        assert runner.runner.kv_pool.k_heads[0].dtype == kv_cache_dtype(name, torch.float32)
+        ppl[name] = _perplexity(runner, ids, 16)
+        greedy[name] = _greedy(runner, "p", prompt, 16)
+    print(ppl)
+    assert math.isfinite(ppl[kv]) and ppl[kv] != ppl["auto"]
+    assert abs(ppl[kv] / ppl["auto"] - 1) < (0.03 if kv.startswith("fp8") else 0.005), ppl
+    assert greedy[kv] == greedy["auto"]

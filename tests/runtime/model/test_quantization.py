@@ -277,8 +277,10 @@ def _greedy(runner: DirectRunner, name: str, prompt: list[int], n: int) -> list[
 
 
 @native
-def test_native_decode_attention_matches_the_torch_path(monkeypatch):
-    """The one-call decode attention against the gather + bmm path, ragged cached lengths, GQA."""
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
+def test_native_decode_attention_matches_the_torch_path(kv_dtype, monkeypatch):
+    """The one-call decode attention against the gather + bmm path, ragged cached lengths, GQA,
+    on a float32 pool and a bf16 one (--kv-cache-dtype bfloat16 beside a float32 model)."""
     from runtime.cache.memory_pool import ReqToTokenPool, TokenToKVPool
     from runtime.model.attention.base import ForwardBatch
     from runtime.model.attention.torch_backend import TorchAttentionBackend
@@ -286,7 +288,7 @@ def test_native_decode_attention_matches_the_torch_path(monkeypatch):
     torch.manual_seed(0)
     heads, kv_heads, dim, lens = 6, 2, 16, [1, 7, 30]
     reqs = ReqToTokenPool(4, 64)
-    kv = TokenToKVPool(200, 1, kv_heads, dim, torch.float32)
+    kv = TokenToKVPool(200, 1, kv_heads, dim, kv_dtype)
     rows = [reqs.alloc() for _ in lens]
     for row, n in zip(rows, lens):
         slots = kv.alloc(n)
@@ -312,6 +314,9 @@ def test_native_decode_attention_matches_the_torch_path(monkeypatch):
     backend = TorchAttentionBackend(reqs, kv)
     backend.init_forward_metadata(batch)
     ours = backend.forward(q, k, v, 0, batch)
+    # the native write rounds as torch's cast does
+    assert torch.equal(kv.k_buffers[0][new], k.to(kv_dtype))
+    assert torch.equal(kv.v_buffers[0][new], v.to(kv_dtype))
     meta = batch.metadata
     assert (
         qgemv.decode_attention(q, kv.k_heads[0], kv.v_heads[0], meta.decode_slots, meta.decode_lens)
