@@ -62,8 +62,9 @@ class ServerArgs:
         False,
         "Batch-invariant decode for quantized weights on the CPU kernels: a request's tokens "
         "do not depend on what it is batched with (decode batches of up to 16 rows). Turns "
-        "off the AMX tiles quantized weights run on where the CPU has them (bf16, much faster "
-        "for batches).",
+        "off the bf16 tiles quantized weights run on where the "
+        "CPU has them (AMX or AVX-512 BF16; much faster for batches), and keeps each weight "
+        "kind's products on one kernel whatever the row count.",
     )
     device: str = _opt("auto", "cpu or cuda; auto picks cuda when available.", choices=DEVICES)
     attention_backend: str | None = _opt(

@@ -253,20 +253,26 @@ void rotary_inplace(float *qkv, int64_t stride, int64_t rows, int64_t heads, int
   }
 }
 
-// e^x for 8 floats (x clamped to [-87, 88]): 2^n e^r with n = round(x / ln 2) and r = x - n ln 2
-// (ln 2 in two parts), e^r by its Taylor series to r^6 (|r| <= ln 2 / 2: under 2e-7 relative).
+// e^x for 8 floats: 2^n e^r with n = round(x / ln 2) and r = x - n ln 2 (ln 2 in two parts),
+// e^r by its Taylor series to r^6 (|r| <= ln 2 / 2: under 3e-7 relative). 2^n is built as
+// 2^(n - 1) * 2, which keeps n = 128 (x up to ln FLT_MAX) inside the exponent field. Past the
+// float range e^x is +inf above and 0 below (flushed from e^-86.5, 2.6e-38); NaN stays NaN.
 static inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+  const __m256 hi = _mm256_set1_ps(88.72283f), lo = _mm256_set1_ps(-86.5f);
+  __m256 c = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504f)),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), c);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256 p = _mm256_set1_ps(1.0f / 720);
   static const float terms[] = {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
   for (int i = 0; i < 6; i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(terms[i]));
-  __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-  e = _mm256_slli_epi32(e, 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126));
+  __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23))),
+                           _mm256_set1_ps(2.0f));
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 // v[i] = e^(v[i] - top) for i < len; returns their sum.
@@ -480,7 +486,7 @@ void int8_linear(const int8_t *q, const float *s, int64_t n, int64_t k, const fl
 // ---- AMX tiles (Intel Xeon since Sapphire Rapids): bf16 products for batches of many rows ---
 // The weight is a dense bf16 copy laid out as AMX B tiles: tile (j, b) holds rows 16j..16j+15
 // and columns 32b..32b+31 as [16 column pairs][16 rows][2], 1 KB each, tiles of one row block
-// j after another (runtime/model/qgemv.py `amx_tiles`). Activations are rounded to bf16; each
+// j after another (runtime/model/qgemv.py `bf16_tiles`). Activations are rounded to bf16; each
 // tile product accumulates in fp32.
 
 // Asks Linux for the AMX tile state (once per process); 0 when granted.

@@ -103,8 +103,13 @@ def load() -> ctypes.CDLL | None:
     lib.tiles_linear.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
     lib.argmax_rows.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
     lib.set_avx512.argtypes = [_INT, _INT]
-    use_avx512(lib, avx512_vnni() and not os.environ.get("RADIXGEN_NO_AVX512"))
+    use_avx512(lib, avx512_wanted())
     return lib
+
+
+def avx512_wanted() -> bool:
+    """Whether the VNNI products run: the CPU has them and RADIXGEN_NO_AVX512 is not set."""
+    return avx512_vnni() and not os.environ.get("RADIXGEN_NO_AVX512")
 
 
 def avx512_vnni() -> bool:
@@ -112,11 +117,14 @@ def avx512_vnni() -> bool:
     return {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= cpu_flags()
 
 
-def use_avx512(lib: ctypes.CDLL, on: bool) -> None:
+def use_avx512(lib: ctypes.CDLL, on: bool, invariant: bool = False) -> None:
     """Products of AVX512_ROWS or more rows on the VNNI kernels (on), or all on the AVX2 ones;
-    for the whole process. Only on a CPU with avx512_vnni."""
+    for the whole process. Only on a CPU with avx512_vnni. `invariant` (batch-invariant
+    decode): each weight kind on one kernel at every row count (int8, whose VNNI kernel takes
+    only full batches, on the AVX2 one), since the two sum in another order."""
     on = on and avx512_vnni()
-    lib.set_avx512(AVX512_ROWS["int4"] if on else 0, AVX512_ROWS["int8"] if on else 0)
+    int8_rows = AVX512_ROWS["int8"] if on and not invariant else 0
+    lib.set_avx512(AVX512_ROWS["int4"] if on else 0, int8_rows)
 
 
 def _ptr(t: torch.Tensor) -> int:

@@ -1,7 +1,7 @@
 // Products on the bf16 copy of a quantized weight with AVX-512 BF16 dot products (vdpbf16ps),
 // for CPUs that have them but no AMX tiles (AMD Zen 4 and later, Intel Cooper Lake).
 //
-// The weight is in the AMX tile layout (runtime/model/qgemv.py `amx_tiles`): for each block of
+// The weight is in the AMX tile layout (runtime/model/qgemv.py `bf16_tiles`): for each block of
 // 16 output columns and 32 inputs, 16 pairs of inputs, each [16 columns][2 bf16]. One pair is
 // one zmm, so a product is: broadcast an activation row's two bf16 values at that pair to all
 // lanes, and vdpbf16ps adds both products into the 16 columns' fp32 sums. 8 activation rows

@@ -174,6 +174,9 @@ class ModelRunner:
             for module in model.modules():
                 if getattr(module, "matmul", None) is not None:
                     module.matmul.use_tiles = False
+            lib = qgemv.load()
+            if lib is not None:
+                qgemv.use_avx512(lib, qgemv.avx512_wanted(), invariant=True)
         for p in model.parameters():  # buffers (rotary tables) stay float32
             p.data = p.data.to(dtype=self.dtype)
         return model.to(self.device).eval()  # parameters and buffers

@@ -141,12 +141,17 @@ def test_deterministic_inference_keeps_every_row_on_the_codes():
     prompt = list(range(1000, 1012))
     same = {}
     for name, runner in (("fast", fast), ("fixed", fixed)):
-        for request in ("a", "b"):
+        others = [f"r{i}" for i in range(15)]  # beside 1 and 15 others (the LM head's int8
+        for request in ["a", *others]:  # products had another kernel from 16 rows on)
             runner.forward([(request, prompt, 0)])
         (alone,) = runner.forward([("a", [7], len(prompt))])  # a decode step of one row
-        beside, _ = runner.forward([("a", [7], len(prompt)), ("b", [9], len(prompt))])
-        same[name] = torch.equal(alone, beside)
-    assert same["fixed"]  # (the fast path runs one row on the codes and two in bf16)
+        same[name] = True
+        for count in (1, 15):  # up to 16 rows (more: a dense GEMM over the dequantized LM head)
+            chunks = [(r, [9], len(prompt)) for r in others[:count]]
+            beside = runner.forward([("a", [7], len(prompt)), *chunks])[0]
+            same[name] = same[name] and torch.equal(alone, beside)
+    qgemv.use_avx512(qgemv.load(), qgemv.avx512_wanted())  # the process default again
+    assert same["fixed"]  # (the fast path runs one row on the codes and more in bf16)
     fast_layer, fixed_layer = (
         r.runner.model.layers[0].mlp.gate_up_proj.matmul for r in (fast, fixed)
     )
@@ -166,6 +171,24 @@ def test_bf16_tiles_multiply_like_torch_on_bf16_values():
             ref = x.to(torch.bfloat16).double() @ w.double().T  # bf16 inputs, exact sums
             err = (qgemv.tiles_linear(tiles, x).double() - ref).abs().max() / ref.abs().max()
             assert err < 1e-5, (n, k, rows, float(err))
+
+
+@native
+def test_native_silu_follows_torch_over_the_whole_float_range():
+    """silu_mul's 8-lane exp (qgemv.c exp8) against torch, on gates from -inf to inf, NaN
+    included, in vector lanes and in the scalar tail alike."""
+    special = [float("nan"), float("-inf"), float("inf"), -1e38, -100.0, -88.8, -88.7, -87.0]
+    special += [-86.4, -20.0, -1e-3, 0.0, 1e-3, 20.0, 86.6, 88.72, 88.8, 100.0, 1e38]
+    gates = torch.cat([torch.tensor(special), torch.linspace(-120, 120, 4001)])
+    for tail in (0, 3):  # lengths a multiple of 8, and not
+        g = gates[: len(gates) - len(gates) % 8 + tail]
+        up = torch.linspace(0.5, 2.0, len(g))
+        ours = qgemv.silu_mul(torch.cat([g, up]).view(1, -1))[0].double()
+        ref = torch.nn.functional.silu(g.double()) * up.double()
+        assert torch.equal(ours.isnan(), ref.isnan()) and torch.equal(ours.isinf(), ref.isinf())
+        finite = ref.isfinite()
+        err = (ours[finite] - ref[finite]).abs() / ref[finite].abs().clamp_min(1e-30)
+        assert err.max() < 1e-6, float(err.max())
 
 
 @native
