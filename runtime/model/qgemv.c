@@ -110,7 +110,9 @@ static void int4_matmul_avx2(const uint8_t *q, const float *d, const float *m, i
                              int64_t k, const int16_t *xq, const float *xs, const float *xsum,
                              int64_t rows, float *y, int threads) {
   int64_t groups = k / GROUP;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
+  // static: each thread streams one contiguous part of the weight, which the prefetchers
+  // follow (in chunks of 32 rows taken in turn, the int8 LM head read 1.6x slower at one row)
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t o = 0; o < n; o++) {
     const uint8_t *qo = q + o * (k / 2);
     const float *dd = d + o * groups, *mm = m + o * groups;
@@ -149,7 +151,7 @@ static void int8_matmul_avx2(const int8_t *q, const float *d, int64_t n, int64_t
                              const int16_t *xq, const float *xs, int64_t rows, float *y,
                              int threads) {
   int64_t groups = k / GROUP;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t o = 0; o < n; o++) {
     const int8_t *qo = q + o * k;
     const float *dd = d + o * groups;

@@ -166,7 +166,7 @@ AVX512 void int4_matmul_avx512(const uint8_t *q, const float *d, const float *m,
                                int64_t rows, float *y, int threads) {
   int64_t groups = k / GROUP;
   laid_out l = lay_out(xq, xs, xsum, rows, k);
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t o = 0; o < n; o += 2)
     for (int64_t p = o; p < o + 2 && p < n; p += pairs(rows, n, p))
       row_blocks(q + p * (k / 2), k / 2, d + p * groups, m + p * groups, groups, &l, rows, n, p,
@@ -179,7 +179,7 @@ AVX512 void int8_matmul_avx512(const int8_t *q, const float *d, int64_t n, int64
                                int threads) {
   int64_t groups = k / GROUP;
   laid_out l = lay_out(xq, xs, xs, rows, k);  // no group sums needed: any pointer
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t o = 0; o < n; o += 2)
     for (int64_t p = o; p < o + 2 && p < n; p += pairs(rows, n, p))
       row_blocks(q + p * k, k, d + p * groups, NULL, groups, &l, rows, n, p, y, 8,
