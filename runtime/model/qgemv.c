@@ -203,7 +203,7 @@ void int8_matmul(const int8_t *q, const float *d, int64_t n, int64_t k, const in
 void int4_dequantize(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
                      float *out, int threads) {
   int64_t groups = k / GROUP;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n * groups; i++) {
     __m256i w[2];
     unpack_group(q, i, &w[0], &w[1]);  // 2 x 16 int16 codes
@@ -219,7 +219,7 @@ void int4_dequantize(const uint8_t *q, const float *d, const float *m, int64_t n
 
 void int8_dequantize(const int8_t *q, const float *d, int64_t n, int64_t k, float *out,
                      int threads) {
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 32)
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t o = 0; o < n; o++)
     for (int64_t j = 0; j < k; j++)
       out[o * k + j] = (float)q[o * k + j] * d[o * (k / GROUP) + j / GROUP];
