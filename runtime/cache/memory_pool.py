@@ -4,9 +4,10 @@ Slot 0 of the KV pool is a zeroed padding slot that is never handed out, so padd
 read finite values.
 
 The pool may store K/V in bf16 beside a float32 model (`--kv-cache-dtype bfloat16`: half the
-bytes, values rounded to bf16) or in an fp8 format (`--kv-cache-dtype fp8_e4m3`): a value x is kept as
-x / scale rounded to fp8 (clamped to the format's range) and read back as stored * scale, with
-one scale for K and one for V. Readers upcast with `load`; kernels take the scales as arguments.
+bytes, values rounded to bf16) or in an fp8 format (`--kv-cache-dtype fp8_e4m3`): a value x
+is kept as x / scale rounded to fp8 (clamped to the format's range) and read back as
+stored * scale, with one scale for K and one for V. Readers upcast with `load`; kernels take
+the scales as arguments.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ layer of an all-decode batch in C instead, on the same kernels the layers use on
 the two paths agree to float rounding (tests/runtime/model/test_decode_step.py).
 
 It applies when every linear layer runs on the native int4/int8 kernels, activations are
-float32 and the KV pool float32 or bf16 on the CPU, there is no q/k norm, and the batch has at most
-`native_rows()` (runtime/model/quantization.py) decode rows; `NativeDecodeStep.for_model`
+float32 and the KV pool float32 or bf16 on the CPU, there is no q/k norm, and the batch has
+at most `native_rows()` (runtime/model/quantization.py) decode rows; `NativeDecodeStep.for_model`
 returns None otherwise. Where a layer keeps bf16 tiles, batches of more than TILE_CODE_ROWS rows
 run its products on them.
 """
@@ -81,10 +81,9 @@ def _linear(module) -> _Linear | None:
     return _Linear(bits, native.n, native.k, q, scale, m, bias, tiles)
 
 
-def _is_float32_cpu(*tensors: torch.Tensor) -> bool:
-    return all(
-        t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous() for t in tensors
-    )
+def _is_cpu(*tensors: torch.Tensor, dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> bool:
+    """Contiguous CPU tensors of one of `dtypes` (float32 unless said)."""
+    return all(t.dtype in dtypes and t.device.type == "cpu" and t.is_contiguous() for t in tensors)
 
 
 class NativeDecodeStep:
@@ -103,11 +102,9 @@ class NativeDecodeStep:
         if model.tp is not None:  # the step has no collectives
             return None
         pools = kv_pool.k_heads + kv_pool.v_heads
-        if not _is_float32_cpu(model.norm.weight, model.rotary.cos):
+        if not _is_cpu(model.norm.weight, model.rotary.cos):
             return None
-        if kv_pool.dtype not in qgemv.NATIVE_KV_DTYPES or not all(
-            p.device.type == "cpu" and p.is_contiguous() for p in pools
-        ):
+        if not _is_cpu(*pools, dtypes=qgemv.NATIVE_KV_DTYPES):
             return None
         layers = (_Layer * len(model.layers))()
         for i, layer in enumerate(model.layers):
@@ -115,7 +112,7 @@ class NativeDecodeStep:
             linears = [_linear(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj)]
             linears.append(_linear(mlp.down_proj))
             norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
-            if any(w is None for w in linears) or not _is_float32_cpu(*norms):
+            if any(w is None for w in linears) or not _is_cpu(*norms):
                 return None
             layers[i] = _Layer(
                 norms[0].data_ptr(),
@@ -133,7 +130,7 @@ class NativeDecodeStep:
             cfg.intermediate_size,
             kv_pool.k_heads[0].shape[1],
             TILE_CODE_ROWS,
-            int(kv_pool.dtype == torch.bfloat16),
+            qgemv.kv_bf16(kv_pool.k_heads[0]),
             cfg.rms_norm_eps,
             model.rotary.cos.data_ptr(),
             model.rotary.sin.data_ptr(),

@@ -291,13 +291,21 @@ static float exp_shifted(float *v, int64_t len, float top) {
   return total;
 }
 
+// x rounded to bf16, to nearest even (as torch casts and vcvtneps2bf16 rounds); NaN stays NaN.
+static inline uint16_t to_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (isnan(x)) return (uint16_t)((u >> 16) | 0x40);
+  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
 // The address of value `index` of a pool (float32, or bf16 with `bf16`).
 static inline const void *kv_row(const void *pool, int64_t index, int bf16) {
   return (const char *)pool + index * (bf16 ? 2 : 4);
 }
 // A pool row of dim values as floats: in place for float32, else widened into `buf` once
 // (every query head of the group then reads it).
-static inline const float *row_floats(const void *row, int64_t dim, float *buf, const int bf16) {
+static inline const float *row_floats(const void *row, int64_t dim, float *buf, int bf16) {
   if (!bf16) return (const float *)row;
   for (int64_t i = 0; i < dim; i += 8) {
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
@@ -307,10 +315,16 @@ static inline const float *row_floats(const void *row, int64_t dim, float *buf, 
   return buf;
 }
 
-static inline __attribute__((always_inline)) void attend(
-    const float *q, int64_t q_stride, const void *k, const void *v, int64_t pool_slots,
-    const int64_t *slots, int64_t lmax, const int64_t *lens, int64_t batch, int64_t heads,
-    int64_t kv_heads, int64_t dim, float scale, float *out, int threads, const int bf16) {
+// Attention of one new token per request over its cached tokens, read in place from the
+// head-major pool (k, v: [kv_heads, pool_slots, dim], float32, or bf16 with `bf16`); slots
+// [batch, lmax] lists each request's KV slots, of which the first lens[b] count. q: [batch,
+// heads, dim] rows of stride q_stride; out: [batch, heads, dim]. dim must be a multiple of 8.
+// The query heads sharing a KV head go through each cached row together, so K and V are read
+// once per request.
+void decode_attention(const float *q, int64_t q_stride, const void *k, const void *v,
+                      int64_t pool_slots, const int64_t *slots, int64_t lmax,
+                      const int64_t *lens, int64_t batch, int64_t heads, int64_t kv_heads,
+                      int64_t dim, float scale, float *out, int threads, int bf16) {
   int64_t group = heads / kv_heads;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t pair = 0; pair < batch * kv_heads; pair++) {
@@ -352,24 +366,6 @@ static inline __attribute__((always_inline)) void attend(
   }
 }
 
-// Attention of one new token per request over its cached tokens, read in place from the
-// head-major pool (k, v: [kv_heads, pool_slots, dim], float32, or bf16 with kv_bf16); slots
-// [batch, lmax] lists each request's KV slots, of which the first lens[b] count. q: [batch,
-// heads, dim] rows of stride q_stride; out: [batch, heads, dim]. dim must be a multiple of 8.
-// The query heads sharing a KV head go through each cached row together, so K and V are read
-// once per request.
-void decode_attention(const float *q, int64_t q_stride, const void *k, const void *v,
-                      int64_t pool_slots, const int64_t *slots, int64_t lmax,
-                      const int64_t *lens, int64_t batch, int64_t heads, int64_t kv_heads,
-                      int64_t dim, float scale, float *out, int threads, int kv_bf16) {
-  if (kv_bf16)
-    attend(q, q_stride, k, v, pool_slots, slots, lmax, lens, batch, heads, kv_heads, dim, scale,
-           out, threads, 1);
-  else
-    attend(q, q_stride, k, v, pool_slots, slots, lmax, lens, batch, heads, kv_heads, dim, scale,
-           out, threads, 0);
-}
-
 // k/v rows [tokens, kv_heads, dim] (row stride `stride`) into the head-major pool at `slots`
 // (float32, or bf16 with `bf16`: rounded to nearest even, as torch casts).
 void write_kv(const float *rows, int64_t stride, int64_t tokens, int64_t kv_heads, int64_t dim,
@@ -383,12 +379,7 @@ void write_kv(const float *rows, int64_t stride, int64_t tokens, int64_t kv_head
         continue;
       }
       uint16_t *out = (uint16_t *)pool + at;
-      for (int64_t i = 0; i < dim; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, 4);
-        out[i] = isnan(x[i]) ? (uint16_t)((u >> 16) | 0x40)
-                             : (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-      }
+      for (int64_t i = 0; i < dim; i++) out[i] = to_bf16(x[i]);
     }
 }
 
@@ -513,11 +504,7 @@ __attribute__((target("avx512f,avx512bf16"))) uint16_t *bf16_rows(
   int64_t i = 0, count = rows * k;
   for (; i + 16 <= count; i += 16)
     _mm256_storeu_si256((__m256i *)(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
-  for (; i < count; i++) {
-    uint32_t u;
-    memcpy(&u, x + i, 4);
-    out[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-  }
+  for (; i < count; i++) out[i] = to_bf16(x[i]);
   memset(out + count, 0, sizeof(uint16_t) * (padded - rows) * k);
   return out;
 }

@@ -165,6 +165,11 @@ def rotary_inplace(
 NATIVE_KV_DTYPES = (torch.float32, torch.bfloat16)  # the pools the native kernels read
 
 
+def kv_bf16(pool: torch.Tensor) -> int:
+    """The kernels' flag for a pool's dtype: 1 for bf16, 0 for float32."""
+    return int(pool.dtype == torch.bfloat16)
+
+
 def write_kv(pool: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> bool:
     """pool[:, slots] = rows (rounded to bf16 for a bf16 pool) for a head-major float32 or bf16
     pool [kv_heads, pool slots, dim] and float32 rows [tokens, kv_heads, dim] with contiguous
@@ -183,10 +188,9 @@ def write_kv(pool: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> boo
     ):
         return False
     tokens, kv_heads, dim = rows.shape
-    bf16 = int(pool.dtype == torch.bfloat16)
     lib.write_kv(
         _ptr(rows), rows.stride(0), tokens, kv_heads, dim, _ptr(slots), pool.shape[1], _ptr(pool),
-        bf16,
+        kv_bf16(pool),
     )  # fmt: skip
     return True
 
@@ -246,7 +250,7 @@ def decode_attention(
     lib.decode_attention(
         _ptr(q), q.stride(0), _ptr(k_heads), _ptr(v_heads), k_heads.shape[1],
         _ptr(slots), slots.shape[1], _ptr(lens), batch, heads, k_heads.shape[0], dim,
-        dim**-0.5, _ptr(out), torch.get_num_threads(), int(k_heads.dtype == torch.bfloat16),
+        dim**-0.5, _ptr(out), torch.get_num_threads(), kv_bf16(k_heads),
     )  # fmt: skip
     return out
 
