@@ -15,9 +15,9 @@ from runtime.model.parallel import (
 )
 from runtime.outputs import GenerationResult
 from runtime.sampling.params import SamplingParams
+from runtime.scheduler.overlap import new_scheduler
 from runtime.scheduler.process import start_tp_ranks
 from runtime.scheduler.req import Req
-from runtime.scheduler.scheduler import Scheduler
 from runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class Engine:
         self._ranks = []
         parallel = self._start_ranks()
         try:
-            self.scheduler = Scheduler(
+            self.scheduler = new_scheduler(
                 self.server_args, parallel, lambda: [r.check(wait=True) for r in self._ranks]
             )
         except BaseException:
@@ -163,6 +163,7 @@ class Engine:
             raise
         while not all(r.finished for r in reqs):
             self.scheduler.step()
+        self.scheduler.drain()  # rows of finished requests still in flight
         refused = next((r for r in reqs if r.finished_reason.status == 400), None)
         if refused is not None:  # e.g. a constraint that does not compile
             raise ValueError(refused.finished_reason.message)

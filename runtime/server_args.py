@@ -17,6 +17,7 @@ DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = ("auto", "none", "int8", "int4")
 LOAD_BALANCE_METHODS = ("cache_aware", "round_robin", "shortest_queue")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8_e4m3", "fp8_e5m2")
+OVERLAP_SCHEDULES = ("auto", "on", "off")
 MAX_CUDA_GRAPH_BS = 1024
 
 
@@ -130,6 +131,14 @@ class ServerArgs:
     log_interval: float = _opt(
         5.0, "Seconds between throughput log lines while requests run (0: none)."
     )
+    overlap_schedule: str = _opt(
+        "auto",
+        "on: the host prepares step N+1 while the model runs step N (a step waits for the one "
+        "in flight where it needs that one's tokens: grammars, penalties, a full KV pool; "
+        "never with --tp-size > 1); off: each step ends before the next is planned; auto: on "
+        "with CUDA, off on the CPU (whose cores the model's kernels already use).",
+        choices=OVERLAP_SCHEDULES,
+    )
     disable_jump_forward: bool = _opt(
         False, "Decode text a grammar forces token by token instead of appending it at once."
     )
@@ -195,6 +204,7 @@ class ServerArgs:
             ("quantization", QUANTIZATIONS),
             ("load_balance_method", LOAD_BALANCE_METHODS),
             ("kv_cache_dtype", KV_CACHE_DTYPES),
+            ("overlap_schedule", OVERLAP_SCHEDULES),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")

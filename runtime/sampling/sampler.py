@@ -8,6 +8,7 @@ rows that use them. The per-request parameters travel to the device in one copy
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -59,15 +60,22 @@ class _BatchParams(NamedTuple):
 
 
 def _batch_params(
-    reqs: list[Req], rows: list[int], eos_ids: set[int], penalty_rows: list[int], vocab: int
+    reqs: list[Req],
+    rows: list[int],
+    eos_ids: set[int],
+    penalty_rows: list[int],
+    vocab: int,
+    made: list[int] | None = None,
 ) -> _BatchParams:
-    """The host lists of a batch: request i samples from logits row rows[i]; the rows in
-    `penalty_rows` (indices into reqs) get penalties."""
+    """The host lists of a batch: request i samples from logits row rows[i], having made
+    made[i] output tokens (default: its output_ids); the rows in `penalty_rows` (indices
+    into reqs) get penalties."""
     p = _BatchParams(rows, *([] for _ in range(len(_BatchParams._fields) - 1)))
     for row, req in enumerate(reqs):
         sp = req.sampling_params
+        n_out = len(req.output_ids) if made is None else made[row]
         # a grammar decides itself when the text may end
-        if len(req.output_ids) < sp.min_new_tokens and req.grammar is None:
+        if n_out < sp.min_new_tokens and req.grammar is None:
             banned = set(sp.stop_token_ids) | (set() if sp.ignore_eos else eos_ids)
             p.ban_rows.extend([row] * len(banned))
             p.ban_ids.extend(banned)
@@ -141,17 +149,19 @@ def sample(
     eos_ids: set[int],
     bitmask: torch.Tensor | None = None,
     rows: list[int] | None = None,
+    made: list[int] | None = None,
 ) -> SampleOutput:
     """Pick one next token per request from its row of `logits` ([N, V] float32): row
     `rows[i]` for request i, by default row i. `bitmask` (fill_grammar_bitmask, on the host)
     limits the rows of constrained requests, before penalties, temperature, top-k, top-p and
-    min-p. Everything runs on the logits' device; only the chosen ids and the logprobs asked
-    for come back."""
+    min-p. `made` counts each request's output tokens where a step still in flight will add
+    to its output_ids (penalties read the output_ids themselves). Everything runs on the
+    logits' device; only the chosen ids and the logprobs asked for come back."""
     vocab = logits.shape[1]
     params = [r.sampling_params for r in reqs]
     penalty_rows = [i for i, sp in enumerate(params) if sp.has_penalties]
     rows = list(range(len(reqs))) if rows is None else rows
-    host = _batch_params(reqs, rows, eos_ids, penalty_rows, vocab)
+    host = _batch_params(reqs, rows, eos_ids, penalty_rows, vocab, made)
     p = host.to(logits.device)
     want_logprob = any(r.return_logprob for r in reqs)
     on_cpu = logits.device.type == "cpu"
@@ -256,6 +266,19 @@ def fill_grammar_bitmask(matchers: list, words: int, pinned: bool = False) -> to
         if matcher is not None:
             matcher.fill_next_token_bitmask(bitmask, row)
     return bitmask
+
+
+def mask_rows(bitmask, rows: int) -> list:
+    """Each row of a batch's grammar bitmask (a tensor, a Future of one, or None) as a
+    one-row bitmask, or None where there is none (the row then fills its own)."""
+    if isinstance(bitmask, Future):
+        try:
+            bitmask = bitmask.result()
+        except Exception:
+            bitmask = None
+    if bitmask is None:
+        return [None] * rows
+    return [bitmask[i : i + 1] for i in range(rows)]
 
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:

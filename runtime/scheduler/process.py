@@ -42,10 +42,10 @@ class SchedulerLoop:
         worker: int = 0,
         parallel: ParallelConfig | None = None,
     ):
-        from runtime.scheduler.scheduler import Scheduler
+        from runtime.scheduler.overlap import new_scheduler
 
         self.worker = worker  # data-parallel rank (--dp-size), named in every message sent
-        self.scheduler = Scheduler(args, parallel)  # tensor-parallel rank 0 with `parallel`
+        self.scheduler = new_scheduler(args, parallel)  # tensor-parallel rank 0 with `parallel`
         ctx = zmq.Context()
         self.recv = pull_socket(ctx, recv_path)
         self.send = push_socket(ctx, send_path)
@@ -176,7 +176,8 @@ class SchedulerLoop:
             for r in touched
             if r.finished or r.rid in self.streaming or (r.output_ids and not self.sent.get(r.rid))
         ]
-        if outputs or time.monotonic() - self.stats_sent_at > STATS_INTERVAL:
+        idle = not self.scheduler.has_work()  # the last landing freed KV: stats say so
+        if outputs or idle or time.monotonic() - self.stats_sent_at > STATS_INTERVAL:
             self._send_batch(outputs)
 
     def _output(self, req: Req) -> ReqOutput:

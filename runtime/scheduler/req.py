@@ -57,6 +57,12 @@ class Req:
         self.top_logprobs_num = top_logprobs_num if return_logprob else 0
         self.req_pool_idx: int | None = None
         self.kv_len = 0  # leading tokens of all_ids whose KV is in the pool
+        # Launched steps not yet landed (runtime.scheduler.overlap; 0 when steps run one by
+        # one): tokens whose KV they compute after kv_len, tokens they sample after output_ids,
+        # and where the last of those will be (the launched step and its sampling index).
+        self.inflight_kv = 0
+        self.inflight_out = 0
+        self.pending_src: tuple | None = None
         self.cached_tokens = 0  # prompt tokens reused from the prefix cache
         self.prefix_len = 0  # leading KV slots that belong to the prefix cache, locked by us
         self.last_node = None  # prefix-cache handle of those slots
@@ -93,6 +99,20 @@ class Req:
     @property
     def seq_len(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)
+
+    @property
+    def kv_planned(self) -> int:
+        """kv_len once the launched steps land."""
+        return self.kv_len + self.inflight_kv
+
+    @property
+    def out_planned(self) -> int:
+        """len(output_ids) once the launched steps land."""
+        return len(self.output_ids) + self.inflight_out
+
+    @property
+    def seq_planned(self) -> int:
+        return self.seq_len + self.inflight_out
 
     @property
     def finished(self) -> bool:

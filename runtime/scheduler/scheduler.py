@@ -24,10 +24,9 @@ from runtime.model.attention.base import ForwardBatch
 from runtime.model.loader import load_tokenizer, resolve_tokenizer_path
 from runtime.model.parallel import ParallelConfig, TensorParallelError
 from runtime.model.runner import ModelRunner
-from runtime.sampling.sampler import fill_grammar_bitmask, prompt_logprobs, sample
-from runtime.scheduler.compile_worker import CompileWorkerDied
+from runtime.sampling.sampler import fill_grammar_bitmask, mask_rows, prompt_logprobs, sample
+from runtime.scheduler.constrained import ConstrainedSteps
 from runtime.scheduler.grammar_backend import GrammarBackend
-from runtime.scheduler.jump_forward import jump_forward
 from runtime.scheduler.policy import match_len_limit, order_waiting
 from runtime.scheduler.req import FinishReason, Req
 from runtime.server_args import ServerArgs
@@ -57,6 +56,10 @@ class _Planned:
     sample_row: int | None = None  # row of the step's logits that samples the next token
     logprob_rows: list[int] = field(default_factory=list)
     logprob_targets: list[int] = field(default_factory=list)
+    offset: int = 0  # the chunk's first row in the batch (and in its out_cache_loc)
+    made: int = 0  # output tokens of the request when this step samples (some maybe in flight)
+    pending: tuple | None = None  # the last token's source while a launched step samples it
+    void: bool = False  # dropped while in flight (overlap: a jump-forward changed the request)
 
 
 @dataclass
@@ -72,9 +75,10 @@ class SchedulerStats:
     evicted_tokens: int = 0
     jump_forward_tokens: int = 0  # output tokens appended by jump-forward instead of decoded
     jump_forwards: int = 0
+    overlapped_steps: int = 0  # steps launched before the one before them landed
 
 
-class Scheduler:
+class Scheduler(ConstrainedSteps):
     """Owns the model runner, the waiting queue and the running batch."""
 
     def __init__(self, args: ServerArgs, parallel: ParallelConfig | None = None, on_loaded=None):
@@ -147,54 +151,6 @@ class Scheduler:
         self.stats.prompt_tokens += len(prompt)
         self.waiting.append(req)
 
-    def _compile(self, rid: str, sp, cancel: threading.Event, deadline: float):
-        """Runs in the grammar thread; the time limit counts from the request's arrival."""
-        inject("grammar", rid)
-        return self.grammars.compile(sp, max(deadline - time.monotonic(), 0.0), cancel)
-
-    def warm_up_grammars(self) -> None:
-        """Compile the grammar kernels and start the compile process in the background, ahead
-        of the first constrained request (which would otherwise wait for them)."""
-        from grammars import warm_up
-
-        self._compile_pool().submit(warm_up)
-        self._compile_pool().submit(self.grammars.worker.start)
-
-    def _compile_pool(self) -> ThreadPoolExecutor:
-        if self._grammar_pool is None:
-            self._grammar_pool = ThreadPoolExecutor(1, thread_name_prefix="grammar")
-        return self._grammar_pool
-
-    def _collect_grammars(self) -> list[Req]:
-        """Give waiting requests whose grammar compiled their matcher; fail those whose grammar
-        did not (returned, finished)."""
-        failed = []
-        for req in self.waiting:
-            future = req.grammar_future
-            if future is None or not future.done():
-                continue
-            req.grammar_future = None
-            try:
-                grammar = future.result()
-            except ValueError as exc:  # the constraint is bad, or too costly to compile
-                req.finished_reason = FinishReason.failed(str(exc), 400)
-                failed.append(req)
-                continue
-            except Exception as exc:
-                if isinstance(exc, CompileWorkerDied):  # known and explained: no traceback
-                    logger.warning("%s: %s; the request fails", req.rid, exc)
-                else:
-                    logger.exception("compiling the grammar of %s failed", req.rid)
-                req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
-                failed.append(req)
-                continue
-            if grammar is not None:
-                req.grammar = grammar.matcher()
-                self._jump_forward(req)  # the opening the grammar forces, e.g. `{"name": "`
-        for req in failed:
-            self.waiting.remove(req)
-        return failed
-
     def abort(self, rid: str) -> bool:
         for req in self.waiting:
             if req.rid == rid:
@@ -240,6 +196,11 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def drain(self) -> list[Req]:
+        """Land the step still running, if any (runtime.scheduler.overlap); here every step
+        lands before step() returns."""
+        return []
+
     # ---- one step -------------------------------------------------------------------------
     def step(self) -> list[Req]:
         """Run one forward; returns the requests that gained tokens or finished."""
@@ -260,20 +221,25 @@ class Scheduler:
                 fill_grammar_bitmask, matchers, self.mask_words, pinned_if(self.runner.device)
             )
         try:
-            logits = self.runner.forward(batch)
+            results = self._results(plan, self.runner.forward(batch), bitmask)
         except Exception as exc:  # fail this step's requests, keep serving the others
-            logger.exception("a forward pass failed")
-            if bitmask is not None:
-                wait([bitmask])  # the matchers must not change under the mask thread
-            self.kv_pool.free(batch.out_cache_loc)
-            for p in plan:
+            return failed + self._fail(plan, batch.out_cache_loc, bitmask, exc)
+        return failed + self._apply(plan, results, batch.out_cache_loc)
+
+    def _fail(self, plan: list[_Planned], slots: torch.Tensor, bitmask, exc: Exception):
+        logger.exception("a forward pass failed", exc_info=exc)
+        if isinstance(bitmask, Future):
+            wait([bitmask])  # the matchers must not change under the mask thread
+        self.kv_pool.free(slots)
+        for p in plan:
+            if not p.void:
+                self._landed(p)
+            if not p.req.finished:
                 p.req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
                 self._retire(p.req)
-            if isinstance(exc, TensorParallelError):  # the ranks cannot run another step
-                raise
-            return failed + [p.req for p in plan]
-        self.stats.forward_steps += 1
-        return failed + self._process(plan, logits, bitmask)
+        if isinstance(exc, TensorParallelError):  # the ranks cannot run another step
+            raise exc
+        return [p.req for p in plan]
 
     # ---- admission ---------------------------------------------------------------------------
     def _future_tokens(self, req: Req) -> float:
@@ -282,17 +248,23 @@ class Scheduler:
         final = min(
             len(req.origin_input_ids) + req.sampling_params.max_new_tokens, self.context_length
         )
-        remaining_out = max(final - max(req.seq_len, req.kv_len), 0)
-        return (req.seq_len - req.kv_len) + remaining_out * self.new_token_ratio
+        remaining_out = max(final - max(req.seq_planned, req.kv_planned), 0)
+        return max(req.seq_len - req.kv_planned, 0) + remaining_out * self.new_token_ratio
 
     def _admit(self) -> None:
         if not self.waiting or len(self.running) >= self.args.max_running_requests:
             return
         reserved = sum(self._future_tokens(r) for r in self.running)
         pending_prefill = sum(
-            r.seq_len - r.kv_len for r in self.running if r.seq_len - r.kv_len > 1
+            r.seq_len - r.kv_planned for r in self.running if r.seq_len - r.kv_planned > 1
         )
-        admitted_prompts: list[list[int]] = []
+        # prompts whose uncached part is being computed: admitted in this step, or with a
+        # prefill chunk in flight (overlap: its KV reaches the tree when the chunk lands)
+        admitted_prompts = [
+            r.origin_input_ids
+            for r in self.running
+            if r.inflight_kv and r.kv_len < len(r.origin_input_ids)
+        ]
         for req in order_waiting(self.args.schedule_policy, self.waiting, self.cache, self.rng):
             if len(self.running) >= self.args.max_running_requests:
                 break
@@ -351,7 +323,7 @@ class Scheduler:
         """When the next decode step cannot get one slot per request, send back the requests
         that lose least (fewest generated tokens); they resume later from the cache."""
         while True:
-            decoding = [r for r in self.running if r.seq_len - r.kv_len == 1]
+            decoding = [r for r in self.running if self._decodes(r)]
             if self._make_room(len(decoding)) or not decoding:
                 return
             if len(self.running) == 1:
@@ -374,20 +346,30 @@ class Scheduler:
         self.stats.retractions += 1
 
     # ---- planning ----------------------------------------------------------------------------
+    def _decodes(self, req: Req) -> bool:
+        """Whether the request's next step is one token (a launched step may be sampling
+        it: then not if that token is the last the request may have)."""
+        if req.seq_planned - req.kv_planned != 1:
+            return False
+        limit = req.sampling_params.max_new_tokens
+        return not req.inflight_out or (
+            req.out_planned < limit and req.seq_planned < self.context_length
+        )
+
     def _plan(self) -> list[_Planned]:
         self._retract_for_decode()
-        plan = [_Planned(r, r.kv_len, 1) for r in self.running if r.seq_len - r.kv_len == 1]
+        plan = [_Planned(r, r.kv_planned, 1) for r in self.running if self._decodes(r)]
         memory = self.kv_pool.available() + self.cache.evictable_size() - len(plan)
         budget = self.args.max_prefill_tokens
         chunk_cap = self.args.chunked_prefill_size if self.args.chunked_prefill_size > 0 else None
         for req in self.running:
-            remaining = req.seq_len - req.kv_len
+            remaining = req.seq_len - req.kv_planned
             if remaining <= 1:
                 continue
             n = min(remaining, budget, memory, chunk_cap or remaining)
             if n <= 0:
                 break
-            plan.append(_Planned(req, req.kv_len, n))
+            plan.append(_Planned(req, req.kv_planned, n))
             budget -= n
             memory -= n
         self.new_token_ratio = max(
@@ -404,7 +386,12 @@ class Scheduler:
         offset = 0
         for p in plan:
             req, end = p.req, p.start + p.length
-            ids.extend(req.all_ids[p.start : end])
+            p.offset, p.made = offset, req.out_planned
+            known = req.all_ids[p.start : end]
+            ids.extend(known)
+            if len(known) < p.length:  # a launched step samples it: filled in when it lands
+                p.pending = req.pending_src
+                ids.append(0)
             positions.extend(range(p.start, end))
             prompt_len = len(req.origin_input_ids)
             if req.logprob_start_len >= 0:
@@ -413,9 +400,11 @@ class Scheduler:
                     p.logprob_rows.append(len(logit_rows))
                     p.logprob_targets.append(req.origin_input_ids[pos + 1])
                     logit_rows.append(offset + pos - p.start)
-            if end == req.seq_len and req.sampling_params.max_new_tokens > len(req.output_ids):
+            if end == req.seq_planned and req.sampling_params.max_new_tokens > p.made:
                 p.sample_row = len(logit_rows)
                 logit_rows.append(offset + p.length - 1)
+                req.inflight_out += 1
+            req.inflight_kv += p.length
             offset += p.length
         requests = [(p.req.req_pool_idx, p.length, p.start + p.length) for p in plan]
         batch = ForwardBatch.from_host(
@@ -425,26 +414,50 @@ class Scheduler:
         table.index_put_((batch.token_rows(), batch.positions), slots.to(torch.int32))
         return batch
 
-    def _process(
-        self, plan: list[_Planned], logits: torch.Tensor, bitmask: Future | None = None
-    ) -> list[Req]:
+    def _results(self, plan: list[_Planned], logits: torch.Tensor, bitmask) -> tuple:
+        """What a step's logits give: each chunk's prompt logprobs (or None) and the
+        sampled tokens. Reads no request state that landing a step changes."""
+        prompt = []
+        for p in plan:
+            if not p.logprob_rows:
+                prompt.append(None)
+                continue
+            rows, targets = to_device(logits.device, [p.logprob_rows, p.logprob_targets])
+            prompt.append(prompt_logprobs(logits[rows], targets, p.req.top_logprobs_num))
+        self.stats.forward_steps += 1
+        return prompt, self._sample([p for p in plan if p.sample_row is not None], logits, bitmask)
+
+    @staticmethod
+    def _landed(p: _Planned) -> None:
+        p.req.inflight_kv -= p.length
+        if p.sample_row is not None:
+            p.req.inflight_out -= 1
+
+    def _apply(self, plan: list[_Planned], results: tuple, slots: torch.Tensor) -> list[Req]:
+        """Land a step: the requests' KV, tokens, finishes. A request retired while the
+        step ran (overlap) gives its rows' slots back."""
         now = time.perf_counter()
         touched = []
-        for p in plan:
+        prompt, samples = results
+        for p, logprobs in zip(plan, prompt):
+            if not p.void:
+                self._landed(p)
+            if p.void or p.req.req_pool_idx is None:  # retired or changed while the step ran
+                self.kv_pool.free(slots[p.offset : p.offset + p.length])
+                continue
             p.req.kv_len = p.start + p.length
             if p.start < len(p.req.origin_input_ids):
                 self.stats.computed_prompt_tokens += min(
                     p.length, len(p.req.origin_input_ids) - p.start
                 )
-            if p.logprob_rows:
-                k = p.req.top_logprobs_num
-                rows, targets = to_device(logits.device, [p.logprob_rows, p.logprob_targets])
-                chosen, top = prompt_logprobs(logits[rows], targets, k)
+            if logprobs is not None:
+                chosen, top = logprobs
                 p.req.input_token_logprobs.extend(zip(chosen, p.logprob_targets))
                 p.req.input_top_logprobs.extend(top if top is not None else [None] * len(chosen))
-        sampling = [p for p in plan if p.sample_row is not None]
-        for p, (token, logprob, top) in self._sample(sampling, logits, bitmask):
+        for p, (token, logprob, top) in samples:
             req = p.req
+            if p.void or req.req_pool_idx is None:
+                continue
             if token is None:  # sampling failed for this request alone
                 touched.append(req)
                 continue
@@ -464,6 +477,8 @@ class Scheduler:
             touched.append(req)
         for p in plan:
             req = p.req
+            if p.void or req.req_pool_idx is None:
+                continue
             if p.sample_row is None and req.kv_len == req.seq_len:  # max_new_tokens reached or 0
                 req.finished_reason = FinishReason("length", length=len(req.output_ids))
                 touched.append(req)
@@ -477,7 +492,7 @@ class Scheduler:
     def _sample(self, sampling: list[_Planned], logits: torch.Tensor, bitmask=None):
         """(planned, (token, logprob, top logprobs)) per sampling request. The batch samples in
         one call, with the grammar bitmask filled during the forward pass (a Future); if that
-        fails, each request samples alone (filling its own mask) and those that still fail end
+        fails, each request samples alone (with its row of the mask) and those that still fail end
         with an internal error (token None) instead of taking the batch down."""
         if not sampling:
             return []
@@ -489,7 +504,8 @@ class Scheduler:
                 logger.exception("sampling failed for %s", p.req.rid)
                 p.req.finished_reason = FinishReason.failed("internal error while sampling", 500)
                 return [(p, (None, None, None))]
-            return [pair for p in sampling for pair in self._sample([p], logits)]
+            masks = mask_rows(bitmask, len(sampling))
+            return [pair for p, m in zip(sampling, masks) for pair in self._sample([p], logits, m)]
 
     def _sample_rows(self, sampling: list[_Planned], logits: torch.Tensor, bitmask) -> list:
         reqs = [p.req for p in sampling]
@@ -500,7 +516,8 @@ class Scheduler:
         elif bitmask is None:
             grammars = [r.grammar for r in reqs]
             bitmask = fill_grammar_bitmask(grammars, self.mask_words, pinned_if(logits.device))
-        out = sample(logits, reqs, self.eos_ids, bitmask, [p.sample_row for p in sampling])
+        rows, made = [p.sample_row for p in sampling], [p.made for p in sampling]
+        out = sample(logits, reqs, self.eos_ids, bitmask, rows, made)
         return [
             (
                 out.next_ids[i],
@@ -509,60 +526,6 @@ class Scheduler:
             )
             for i in range(len(reqs))
         ]
-
-    def _accept_grammar(self, req: Req, token: int) -> None:
-        if req.grammar is None:
-            return
-        try:
-            accepted = req.grammar.accept_token(token)
-        except Exception as exc:
-            logger.exception("the grammar of %s failed", req.rid)
-            req.finished_reason = FinishReason.failed(f"internal error in the grammar: {exc}", 500)
-            return
-        if not accepted:
-            req.finished_reason = FinishReason(
-                "abort", message="the grammar refused the sampled token"
-            )
-
-    # ---- jump-forward ------------------------------------------------------------------------
-    def _jump_forward(self, req: Req) -> None:
-        """Append the text the request's grammar forces (runtime.scheduler.jump_forward); the
-        KV of output tokens the jump replaced is released, and the next step extends."""
-        if self.args.disable_jump_forward or req.grammar is None or req.return_logprob:
-            return
-        prompt_len = len(req.origin_input_ids)
-        limit = min(req.sampling_params.max_new_tokens, self.context_length - prompt_len)
-        try:
-            jump = jump_forward(req, self.tokenizer, limit)
-        except Exception:  # a jump is an optimisation: decode token by token instead
-            logger.exception("jump-forward failed for %s", req.rid)
-            return
-        if jump is None:
-            return
-        self._truncate_kv(req, prompt_len + jump.keep)
-        req.rewound_to = jump.keep if req.rewound_to is None else min(req.rewound_to, jump.keep)
-        req.jump_forward_tokens += jump.added
-        self.stats.jump_forward_tokens += jump.added
-        self.stats.jump_forwards += 1
-        self._check_finished(req)
-
-    def _truncate_kv(self, req: Req, keep: int) -> None:
-        """Forget the KV of all_ids[keep:]: slots the request owns go back to the pool; a
-        shared prefix it locked past `keep` stays in the cache, locked only up to `keep`."""
-        if keep >= req.kv_len or req.req_pool_idx is None:
-            return
-        table = self.req_to_token_pool.req_to_token
-        if keep < req.prefix_len:
-            slots, node = self.cache.match_prefix(req.all_ids[:keep])
-            self.cache.lock(node)
-            self.cache.unlock(req.last_node)
-            table[req.req_pool_idx, : len(slots)] = slots.to(torch.int32)
-            own_from = req.prefix_len
-            req.last_node, req.prefix_len = node, len(slots)
-        else:
-            own_from = keep
-        self.kv_pool.free(table[req.req_pool_idx, own_from : req.kv_len].long())
-        req.kv_len = keep
 
     def _check_finished(self, req: Req) -> None:
         sp, last = req.sampling_params, req.output_ids[-1]
@@ -585,7 +548,10 @@ class Scheduler:
             self.running.remove(req)
         if req.req_pool_idx is not None:
             self.cache.cache_finished_req(req)
-            self.req_to_token_pool.free(req.req_pool_idx)
+            self._release_row(req, req.req_pool_idx)
             req.req_pool_idx = None
         if req.finished_reason is not None and req.finished_reason.type != "abort":
             self.stats.finished_requests += 1
+
+    def _release_row(self, req: Req, row: int) -> None:
+        self.req_to_token_pool.free(row)

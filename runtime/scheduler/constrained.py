@@ -1,0 +1,124 @@
+"""The scheduler's steps for constrained requests: grammars compiled off the step thread,
+each sampled token fed to its matcher, and jump-forward over the text a grammar forces."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from runtime.faults import inject
+from runtime.scheduler.compile_worker import CompileWorkerDied
+from runtime.scheduler.jump_forward import jump_forward
+from runtime.scheduler.req import FinishReason, Req
+
+logger = logging.getLogger(__name__)
+
+
+class ConstrainedSteps:
+    """Mixed into Scheduler, whose state (grammars, cache, pools, stats) these methods use."""
+
+    def _compile(self, rid: str, sp, cancel: threading.Event, deadline: float):
+        """Runs in the grammar thread; the time limit counts from the request's arrival."""
+        inject("grammar", rid)
+        return self.grammars.compile(sp, max(deadline - time.monotonic(), 0.0), cancel)
+
+    def warm_up_grammars(self) -> None:
+        """Compile the grammar kernels and start the compile process in the background, ahead
+        of the first constrained request (which would otherwise wait for them)."""
+        from grammars import warm_up
+
+        self._compile_pool().submit(warm_up)
+        self._compile_pool().submit(self.grammars.worker.start)
+
+    def _compile_pool(self) -> ThreadPoolExecutor:
+        if self._grammar_pool is None:
+            self._grammar_pool = ThreadPoolExecutor(1, thread_name_prefix="grammar")
+        return self._grammar_pool
+
+    def _collect_grammars(self) -> list[Req]:
+        """Give waiting requests whose grammar compiled their matcher; fail those whose grammar
+        did not (returned, finished)."""
+        failed = []
+        for req in self.waiting:
+            future = req.grammar_future
+            if future is None or not future.done():
+                continue
+            req.grammar_future = None
+            try:
+                grammar = future.result()
+            except ValueError as exc:  # the constraint is bad, or too costly to compile
+                req.finished_reason = FinishReason.failed(str(exc), 400)
+                failed.append(req)
+                continue
+            except Exception as exc:
+                if isinstance(exc, CompileWorkerDied):  # known and explained: no traceback
+                    logger.warning("%s: %s; the request fails", req.rid, exc)
+                else:
+                    logger.exception("compiling the grammar of %s failed", req.rid)
+                req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
+                failed.append(req)
+                continue
+            if grammar is not None:
+                req.grammar = grammar.matcher()
+                self._jump_forward(req)  # the opening the grammar forces, e.g. `{"name": "`
+        for req in failed:
+            self.waiting.remove(req)
+        return failed
+
+    def _accept_grammar(self, req: Req, token: int) -> None:
+        if req.grammar is None:
+            return
+        try:
+            accepted = req.grammar.accept_token(token)
+        except Exception as exc:
+            logger.exception("the grammar of %s failed", req.rid)
+            req.finished_reason = FinishReason.failed(f"internal error in the grammar: {exc}", 500)
+            return
+        if not accepted:
+            req.finished_reason = FinishReason(
+                "abort", message="the grammar refused the sampled token"
+            )
+
+    # ---- jump-forward ------------------------------------------------------------------------
+    def _jump_forward(self, req: Req) -> None:
+        """Append the text the request's grammar forces (runtime.scheduler.jump_forward); the
+        KV of output tokens the jump replaced is released, and the next step extends."""
+        if self.args.disable_jump_forward or req.grammar is None or req.return_logprob:
+            return
+        prompt_len = len(req.origin_input_ids)
+        limit = min(req.sampling_params.max_new_tokens, self.context_length - prompt_len)
+        try:
+            jump = jump_forward(req, self.tokenizer, limit)
+        except Exception:  # a jump is an optimisation: decode token by token instead
+            logger.exception("jump-forward failed for %s", req.rid)
+            return
+        if jump is None:
+            return
+        self._truncate_kv(req, prompt_len + jump.keep)
+        req.rewound_to = jump.keep if req.rewound_to is None else min(req.rewound_to, jump.keep)
+        req.jump_forward_tokens += jump.added
+        self.stats.jump_forward_tokens += jump.added
+        self.stats.jump_forwards += 1
+        self._check_finished(req)
+
+    def _truncate_kv(self, req: Req, keep: int) -> None:
+        """Forget the KV of all_ids[keep:]: slots the request owns go back to the pool; a
+        shared prefix it locked past `keep` stays in the cache, locked only up to `keep`."""
+        if keep >= req.kv_len or req.req_pool_idx is None:
+            return
+        table = self.req_to_token_pool.req_to_token
+        if keep < req.prefix_len:
+            slots, node = self.cache.match_prefix(req.all_ids[:keep])
+            self.cache.lock(node)
+            self.cache.unlock(req.last_node)
+            table[req.req_pool_idx, : len(slots)] = slots.to(torch.int32)
+            own_from = req.prefix_len
+            req.last_node, req.prefix_len = node, len(slots)
+        else:
+            own_from = keep
+        self.kv_pool.free(table[req.req_pool_idx, own_from : req.kv_len].long())
+        req.kv_len = keep

@@ -1,0 +1,200 @@
+"""Overlap scheduling: the host prepares step N+1 while the model runs step N.
+
+Each step is launched on one forward thread, which runs the steps in order (forward, then
+sampling). The scheduler plans step N+1 before step N has landed: a request decoding in both
+takes, as its input in N+1, the token N samples, written into N+1's input ids on the forward
+thread just before N+1 runs. Then step N lands (its tokens are appended, finished requests
+retired) while N+1 runs. A request that N finishes still has a row in N+1: that row's token
+is dropped and its KV slot freed when N+1 lands.
+
+Invariants that make this safe without locks:
+- Only the forward thread writes KV, and it runs steps in order, so a slot freed (or a prefix
+  evicted) while N runs is rewritten by N+1 at the earliest, after N has read it.
+- A request's req_to_token row is freed only after every launched step that reads it has
+  landed (`_Launched.held_rows`); new rows of a running request are written at positions no
+  launched step reads.
+- The host never changes what the forward thread reads of a request it runs: the sampler's
+  parameters are snapshot at launch (`_Planned.made`); a grammar's mask for step N+1 is filled
+  after step N lands (its token accepted), and N+1's sampling waits for it while its forward
+  runs without; a jump-forward at that landing voids the request's row in N+1 (dropped when
+  N+1 lands; the request extends from its new text in the step after). A step waits for the
+  one in flight to land before it is planned where the running requests need it: penalties
+  (they count the output ids on the host), or a KV pool that would need a retraction.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import torch
+
+from runtime.model.attention.base import ForwardBatch
+from runtime.model.runner import pick_device
+from runtime.sampling.sampler import fill_grammar_bitmask
+from runtime.scheduler.req import Req
+from runtime.scheduler.scheduler import Scheduler, _Planned
+from runtime.server_args import ServerArgs
+from runtime.transfer import pinned_if
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Launched:
+    plan: list[_Planned]
+    batch: ForwardBatch
+    sampling: list[_Planned]
+    bitmask: Future | None  # filled after the step before lands when `deferred_mask`
+    deferred_mask: bool = False
+    future: Future | None = None
+    held_rows: list[int] = field(default_factory=list)  # freed once this step has landed
+    voided: set = field(default_factory=set)  # requests whose rows were voided
+
+
+class OverlapScheduler(Scheduler):
+    """Scheduler whose step() launches the next forward before landing the one in flight."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a new thread starts with OpenMP's default team size: give it torch's setting
+        threads = torch.get_num_threads()
+        self._forward_thread = ThreadPoolExecutor(
+            1, "forward", initializer=torch.set_num_threads, initargs=(threads,)
+        )
+        self._inflight: _Launched | None = None
+        self._drained: list[Req] = []  # landed while planning, returned by that step
+
+    def has_work(self) -> bool:
+        return super().has_work() or self._inflight is not None
+
+    def drain(self) -> list[Req]:
+        launched, self._inflight = self._inflight, None
+        return [] if launched is None else self._land(launched)
+
+    def step(self) -> list[Req]:
+        touched = self._collect_grammars()
+        if self._inflight is not None and not self._can_overlap():
+            touched += self.drain()
+        self._admit()
+        plan = self._plan()
+        touched += self._drained
+        self._drained = []
+        previous = self._inflight
+        self._inflight = self._launch(plan) if plan else None
+        if previous is not None:
+            try:
+                touched += self._land(previous)
+            finally:
+                if self._inflight is not None and self._inflight.deferred_mask:
+                    self._fill_mask(self._inflight)
+        elif not plan:
+            compiling = [r.grammar_future for r in self.waiting if r.grammar_future is not None]
+            if compiling:  # nothing else to do: wait a little for a grammar instead of spinning
+                wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
+        launched = self._inflight
+        if launched is not None and all(p.req.req_pool_idx is None for p in launched.plan):
+            touched += self.drain()  # rows of finished requests only: land them now
+        return touched
+
+    def _can_overlap(self) -> bool:
+        """Whether the next step may be planned before the one in flight lands."""
+        return not any(r.inflight_out and r.sampling_params.has_penalties for r in self.running)
+
+    def _retract_for_decode(self) -> None:
+        if self._inflight is not None:  # nothing is retracted while a step of it runs
+            decoding = sum(self._decodes(r) for r in self.running)
+            if not self._make_room(decoding):
+                self._drained += self.drain()
+        super()._retract_for_decode()
+
+    def _release_row(self, req: Req, row: int) -> None:
+        launched = self._inflight  # the newest launched step: it lands last
+        if launched is not None and (req.inflight_kv or req in launched.voided):
+            launched.held_rows.append(row)
+        else:
+            super()._release_row(req, row)
+
+    def _truncate_kv(self, req: Req, keep: int) -> None:
+        """A jump-forward changed the request's text: its row in the step in flight is void."""
+        launched = self._inflight
+        if launched is not None:
+            for p in launched.plan:
+                if p.req is req and not p.void:
+                    p.void = True
+                    self._landed(p)
+                    launched.voided.add(req)
+        super()._truncate_kv(req, keep)
+
+    # ---- launching and landing ---------------------------------------------------------------
+    def _launch(self, plan: list[_Planned]) -> _Launched:
+        batch = self._build_batch(plan)
+        fills = [(p.offset + p.length - 1, p.pending) for p in plan if p.pending is not None]
+        sampling = [p for p in plan if p.sample_row is not None]
+        launched = _Launched(plan, batch, sampling, None)
+        if any(p.req.grammar is not None and p.pending is not None for p in sampling):
+            launched.bitmask, launched.deferred_mask = Future(), True  # see _fill_mask
+        elif any(p.req.grammar is not None for p in sampling):
+            launched.bitmask = self._mask_pool.submit(self._mask, sampling)
+        for i, p in enumerate(sampling):
+            p.req.pending_src = (launched, i)
+        if fills:
+            self.stats.overlapped_steps += 1
+        launched.future = self._forward_thread.submit(self._run, launched, fills)
+        return launched
+
+    def _mask(self, sampling: list[_Planned]):
+        matchers = [
+            None if p.void or p.req.req_pool_idx is None else p.req.grammar for p in sampling
+        ]
+        return fill_grammar_bitmask(matchers, self.mask_words, pinned_if(self.runner.device))
+
+    def _fill_mask(self, launched: _Launched) -> None:
+        """The mask of a step launched while the step before it ran: filled (in the mask
+        thread) now that the tokens it follows are accepted; its sampling waits for it."""
+
+        def settle(done: Future) -> None:
+            if done.exception() is not None:
+                launched.bitmask.set_exception(done.exception())
+            else:
+                launched.bitmask.set_result(done.result())
+
+        self._mask_pool.submit(self._mask, launched.sampling).add_done_callback(settle)
+
+    def _run(self, launched: _Launched, fills: list[tuple[int, tuple]]) -> tuple:
+        """On the forward thread: the pending input tokens, the forward, the sampling."""
+        if fills:
+            tokens = []
+            for _, (source, index) in fills:
+                _, samples = source.future.result()  # landed on this thread already
+                token = samples[index][1][0]
+                tokens.append(0 if token is None else token)  # None: that request failed
+            batch = launched.batch
+            rows = torch.tensor([dst for dst, _ in fills], device=batch.input_ids.device)
+            values = torch.tensor(tokens, dtype=batch.input_ids.dtype)
+            batch.input_ids[rows] = values.to(batch.input_ids.device)
+        logits = self.runner.forward(launched.batch)
+        return self._results(launched.plan, logits, launched.bitmask)
+
+    def _land(self, launched: _Launched) -> list[Req]:
+        """Wait for a launched step and apply it; then free the rows it was holding."""
+        slots = launched.batch.out_cache_loc
+        try:
+            try:
+                results = launched.future.result()
+            except Exception as exc:  # fail that step's requests, keep serving the others
+                return self._fail(launched.plan, slots, launched.bitmask, exc)
+            return self._apply(launched.plan, results, slots)
+        finally:
+            for row in launched.held_rows:
+                self.req_to_token_pool.free(row)
+
+
+def new_scheduler(args: ServerArgs, parallel=None, on_loaded=None) -> Scheduler:
+    """The scheduler --overlap-schedule asks for (auto: overlapped with CUDA); never
+    overlapped with tensor parallelism, whose ranks get each step from the scheduling thread."""
+    cuda = pick_device(args.device) == "cuda"
+    overlap = args.overlap_schedule == "on" or (args.overlap_schedule == "auto" and cuda)
+    overlap = overlap and args.tp_size == 1
+    return (OverlapScheduler if overlap else Scheduler)(args, parallel, on_loaded)
