@@ -316,9 +316,19 @@ def main() -> None:
         tokens = {}
         for graphs in (True, False):
             key = "graphs" if graphs else "eager"
-            entry[key], tokens[key] = engine_decode(folder, device, batches, new_tokens, graphs)
+            entry[key], tokens[key] = engine_decode(
+                folder, device, batches, new_tokens, graphs, overlap_schedule="on"
+            )
             print(name, key, entry[key], flush=True)
         entry["graphs_same_tokens_as_eager"] = same_tokens(tokens["graphs"], tokens["eager"])
+        if name in ("llama_1b", "tiny"):  # what overlap scheduling gains
+            entry["no_overlap"], tokens["no_overlap"] = engine_decode(
+                folder, device, batches, new_tokens, True, overlap_schedule="off"
+            )
+            entry["no_overlap"]["same_tokens_as_overlap"] = same_tokens(
+                tokens["no_overlap"], tokens["graphs"]
+            )
+            print(name, "graphs without overlap", entry["no_overlap"], flush=True)
         if name in ("llama_1b", "tiny"):
             fp8 = dict(kv_cache_dtype="fp8_e4m3")
             entry["fp8_kv"], tokens["fp8"] = engine_decode(
