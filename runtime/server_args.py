@@ -133,10 +133,11 @@ class ServerArgs:
     )
     overlap_schedule: str = _opt(
         "auto",
-        "on: the host prepares step N+1 while the model runs step N (a step waits for the one "
-        "in flight where it needs that one's tokens: grammars, penalties, a full KV pool; "
-        "never with --tp-size > 1); off: each step ends before the next is planned; auto: on "
-        "with CUDA, off on the CPU (whose cores the model's kernels already use).",
+        "on: the host prepares step N+1 while the model runs step N (N+1's sampling, not its "
+        "forward, waits for N's tokens where a grammar or penalties need them; planning waits "
+        "for N only where the next decode would need a retraction; never with --tp-size > "
+        "1); off: each step ends before the next is planned; auto: on with CUDA, off on the "
+        "CPU (whose cores the model's kernels already use).",
         choices=OVERLAP_SCHEDULES,
     )
     disable_jump_forward: bool = _opt(

@@ -14,12 +14,14 @@ Invariants that make this safe without locks:
   landed (`_Launched.held_rows`); new rows of a running request are written at positions no
   launched step reads.
 - The host never changes what the forward thread reads of a request it runs: the sampler's
-  parameters are snapshot at launch (`_Planned.made`); a grammar's mask for step N+1 is filled
-  after step N lands (its token accepted), and N+1's sampling waits for it while its forward
-  runs without; a jump-forward at that landing voids the request's row in N+1 (dropped when
-  N+1 lands; the request extends from its new text in the step after). A step waits for the
-  one in flight to land before it is planned where the running requests need it: penalties
-  (they count the output ids on the host), or a KV pool that would need a retraction.
+  parameters are snapshot at launch (`_Planned.made`); where step N+1 samples a request whose
+  token N is sampling and that has a grammar (whose mask needs that token accepted) or
+  penalties (counted from the output ids on the host), N+1's sampling waits until N has
+  landed (`_settle`), while its forward runs without waiting. A jump-forward at that landing
+  voids the request's row in N+1 (not sampled, dropped when N+1 lands; the request extends
+  from its new text in the step after). The forward thread sets nothing on requests: landing
+  turns a failed sample into the request's error. Planning waits for the step in flight to
+  land only where the next decode would need a retraction.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ class _Launched:
     plan: list[_Planned]
     batch: ForwardBatch
     sampling: list[_Planned]
-    bitmask: Future | None  # filled after the step before lands when `deferred_mask`
-    deferred_mask: bool = False
+    bitmask: Future | None  # resolved after the step before lands when `deferred`
+    deferred: bool = False
     future: Future | None = None
     held_rows: list[int] = field(default_factory=list)  # freed once this step has landed
     voided: set = field(default_factory=set)  # requests whose rows were voided
@@ -75,8 +77,6 @@ class OverlapScheduler(Scheduler):
 
     def step(self) -> list[Req]:
         touched = self._collect_grammars()
-        if self._inflight is not None and not self._can_overlap():
-            touched += self.drain()
         self._admit()
         plan = self._plan()
         touched += self._drained
@@ -87,8 +87,8 @@ class OverlapScheduler(Scheduler):
             try:
                 touched += self._land(previous)
             finally:
-                if self._inflight is not None and self._inflight.deferred_mask:
-                    self._fill_mask(self._inflight)
+                if self._inflight is not None and self._inflight.deferred:
+                    self._settle(self._inflight)
         elif not plan:
             compiling = [r.grammar_future for r in self.waiting if r.grammar_future is not None]
             if compiling:  # nothing else to do: wait a little for a grammar instead of spinning
@@ -98,9 +98,10 @@ class OverlapScheduler(Scheduler):
             touched += self.drain()  # rows of finished requests only: land them now
         return touched
 
-    def _can_overlap(self) -> bool:
-        """Whether the next step may be planned before the one in flight lands."""
-        return not any(r.inflight_out and r.sampling_params.has_penalties for r in self.running)
+    def flush_cache(self) -> bool:
+        if not super().has_work():
+            self.drain()  # rows of finished requests may still be in flight
+        return super().flush_cache()
 
     def _retract_for_decode(self) -> None:
         if self._inflight is not None:  # nothing is retracted while a step of it runs
@@ -133,8 +134,8 @@ class OverlapScheduler(Scheduler):
         fills = [(p.offset + p.length - 1, p.pending) for p in plan if p.pending is not None]
         sampling = [p for p in plan if p.sample_row is not None]
         launched = _Launched(plan, batch, sampling, None)
-        if any(p.req.grammar is not None and p.pending is not None for p in sampling):
-            launched.bitmask, launched.deferred_mask = Future(), True  # see _fill_mask
+        if any(p.pending is not None and self._needs_landing(p.req) for p in sampling):
+            launched.bitmask, launched.deferred = Future(), True  # see _settle
         elif any(p.req.grammar is not None for p in sampling):
             launched.bitmask = self._mask_pool.submit(self._mask, sampling)
         for i, p in enumerate(sampling):
@@ -150,9 +151,14 @@ class OverlapScheduler(Scheduler):
         ]
         return fill_grammar_bitmask(matchers, self.mask_words, pinned_if(self.runner.device))
 
-    def _fill_mask(self, launched: _Launched) -> None:
-        """The mask of a step launched while the step before it ran: filled (in the mask
-        thread) now that the tokens it follows are accepted; its sampling waits for it."""
+    @staticmethod
+    def _needs_landing(req: Req) -> bool:
+        """Whether sampling the request needs its tokens so far landed on the host."""
+        return req.grammar is not None or req.sampling_params.has_penalties
+
+    def _settle(self, launched: _Launched) -> None:
+        """Let a step launched while the step before it ran sample: its masks are filled (in
+        the mask thread) now that the tokens they follow are accepted and appended."""
 
         def settle(done: Future) -> None:
             if done.exception() is not None:
@@ -167,8 +173,10 @@ class OverlapScheduler(Scheduler):
         if fills:
             tokens = []
             for _, (source, index) in fills:
-                _, samples = source.future.result()  # landed on this thread already
-                token = samples[index][1][0]
+                try:
+                    token = source.future.result()[1][index][1][0]  # ran on this thread before
+                except Exception:  # that step failed: its requests fail as it lands
+                    token = None
                 tokens.append(0 if token is None else token)  # None: that request failed
             batch = launched.batch
             rows = torch.tensor([dst for dst, _ in fills], device=batch.input_ids.device)

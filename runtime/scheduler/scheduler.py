@@ -231,15 +231,17 @@ class Scheduler(ConstrainedSteps):
         if isinstance(bitmask, Future):
             wait([bitmask])  # the matchers must not change under the mask thread
         self.kv_pool.free(slots)
+        failed = []
         for p in plan:
             if not p.void:
                 self._landed(p)
             if not p.req.finished:
                 p.req.finished_reason = FinishReason.failed(f"internal error: {exc}", 500)
                 self._retire(p.req)
+                failed.append(p.req)
         if isinstance(exc, TensorParallelError):  # the ranks cannot run another step
             raise exc
-        return [p.req for p in plan]
+        return failed
 
     # ---- admission ---------------------------------------------------------------------------
     def _future_tokens(self, req: Req) -> float:
@@ -459,6 +461,7 @@ class Scheduler(ConstrainedSteps):
             if p.void or req.req_pool_idx is None:
                 continue
             if token is None:  # sampling failed for this request alone
+                req.finished_reason = FinishReason.failed("internal error while sampling", 500)
                 touched.append(req)
                 continue
             req.output_ids.append(token)
@@ -492,18 +495,29 @@ class Scheduler(ConstrainedSteps):
     def _sample(self, sampling: list[_Planned], logits: torch.Tensor, bitmask=None):
         """(planned, (token, logprob, top logprobs)) per sampling request. The batch samples in
         one call, with the grammar bitmask filled during the forward pass (a Future); if that
-        fails, each request samples alone (with its row of the mask) and those that still fail end
-        with an internal error (token None) instead of taking the batch down."""
+        fails, each request samples alone (with its row of the mask) and those that still fail
+        get token None (their landing ends them with an internal error) instead of taking the
+        batch down. Rows dropped while the step ran (overlap) do not sample."""
         if not sampling:
             return []
+        if isinstance(bitmask, Future):  # settled first: overlap voids rows until it is
+            try:
+                bitmask = bitmask.result()
+            except Exception:
+                logger.exception("filling the grammar masks failed")
+                bitmask = None  # each row fills its own
+        keep = [i for i, p in enumerate(sampling) if not p.void and p.req.req_pool_idx is not None]
+        if len(keep) < len(sampling):
+            masks = None if bitmask is None else bitmask[keep]
+            picked = self._sample([sampling[i] for i in keep], logits, masks)
+            out = dict(zip(keep, (result for _, result in picked)))
+            return [(p, out.get(i, (None, None, None))) for i, p in enumerate(sampling)]
         try:
             return list(zip(sampling, self._sample_rows(sampling, logits, bitmask)))
         except Exception:
             if len(sampling) == 1:
-                p = sampling[0]
-                logger.exception("sampling failed for %s", p.req.rid)
-                p.req.finished_reason = FinishReason.failed("internal error while sampling", 500)
-                return [(p, (None, None, None))]
+                logger.exception("sampling failed for %s", sampling[0].req.rid)
+                return [(sampling[0], (None, None, None))]
             masks = mask_rows(bitmask, len(sampling))
             return [pair for p, m in zip(sampling, masks) for pair in self._sample([p], logits, m)]
 

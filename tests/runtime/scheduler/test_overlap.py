@@ -38,6 +38,13 @@ MIXED = [
     {"max_new_tokens": 0},
     {"max_new_tokens": 40, "temperature": 0, "json_schema": json.dumps(SCHEMA)},
     {"max_new_tokens": 24, "temperature": 0, "regex": "(yes|no), because [a-z ]{1,30}\\."},
+    # a seeded draw is never spent on a row a jump-forward voided
+    {
+        "max_new_tokens": 24,
+        "temperature": 0.9,
+        "seed": 3,
+        "regex": "(yes|no), because [a-z ]{1,30}\\.",
+    },
 ]
 
 
@@ -181,12 +188,50 @@ def test_a_failing_forward_fails_the_steps_that_depend_on_it(engines, monkeypatc
     reqs = [Req(f"f{i}", [5, 6, 7 + i], SamplingParams.from_dict(params)) for i in range(3)]
     for req in reqs:
         e.scheduler.add_request(req)
+    # one request arrives before each step: those of steps 1-4 are in the failed 4th forward,
+    # the later ones are not, though step 5 is launched before step 4 lands
+    late = [Req(f"g{i}", [9, 9, 9, 10 + i], SamplingParams.from_dict(params)) for i in range(8)]
+    steps = 0
     while e.scheduler.has_work():
+        if steps < len(late):
+            e.scheduler.add_request(late[steps])
         e.scheduler.step()
-    assert all(r.finished_reason.status == 500 for r in reqs)
+        steps += 1
+    assert all(r.finished_reason.status == 500 for r in reqs + late[:4])
+    assert [r.finished_reason.type for r in late[4:]] == ["length"] * 4
     monkeypatch.setattr(e.scheduler.runner, "forward", real)
     assert_pool_whole(e)
     assert len(e.generate(PROMPTS[0], params)["output_ids"]) == 12
+
+
+def test_a_sampler_failing_on_a_finished_requests_row_changes_nothing(engines, monkeypatch):
+    from runtime.scheduler import scheduler
+
+    params = {"max_new_tokens": 10, "temperature": 0, "ignore_eos": True}
+    ref = engines["off"].generate(PROMPTS[1], params)["output_ids"]
+    calls = {"n": 0}
+
+    def flaky(stage, rid):  # only a 4th sampling of the request fails: the row after its stop
+        if stage == "sampling" and rid == "victim":
+            calls["n"] += 1
+            if calls["n"] >= 4:
+                raise RuntimeError("bad row")
+
+    monkeypatch.setattr(scheduler, "inject", flaky)
+    out = engines["on"].generate(PROMPTS[1], {**params, "stop_token_ids": [ref[2]]}, rid="victim")
+    assert out["output_ids"] == ref[:3]
+    assert out["meta_info"]["finish_reason"]["type"] == "stop"
+    assert_pool_whole(engines["on"])
+
+
+def test_flush_right_after_the_last_abort(engines):
+    sch = engines["on"].scheduler
+    sch.add_request(Req("x", [5, 6, 7, 8], SamplingParams(max_new_tokens=30, temperature=0)))
+    for _ in range(5):
+        sch.step()
+    assert sch.abort("x")
+    assert sch.flush_cache()  # the step still holding its row lands first
+    assert_pool_whole(engines["on"])
 
 
 def test_a_failing_sampler_ends_its_request_alone(engines, monkeypatch):
