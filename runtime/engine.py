@@ -163,7 +163,6 @@ class Engine:
             raise
         while not all(r.finished for r in reqs):
             self.scheduler.step()
-        self.scheduler.drain()  # rows of finished requests still in flight
         refused = next((r for r in reqs if r.finished_reason.status == 400), None)
         if refused is not None:  # e.g. a constraint that does not compile
             raise ValueError(refused.finished_reason.message)

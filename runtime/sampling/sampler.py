@@ -8,7 +8,6 @@ rows that use them. The per-request parameters travel to the device in one copy
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -266,19 +265,6 @@ def fill_grammar_bitmask(matchers: list, words: int, pinned: bool = False) -> to
         if matcher is not None:
             matcher.fill_next_token_bitmask(bitmask, row)
     return bitmask
-
-
-def mask_rows(bitmask, rows: int) -> list:
-    """Each row of a batch's grammar bitmask (a tensor, a Future of one, or None) as a
-    one-row bitmask, or None where there is none (the row then fills its own)."""
-    if isinstance(bitmask, Future):
-        try:
-            bitmask = bitmask.result()
-        except Exception:
-            bitmask = None
-    if bitmask is None:
-        return [None] * rows
-    return [bitmask[i : i + 1] for i in range(rows)]
 
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:

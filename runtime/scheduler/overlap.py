@@ -27,18 +27,16 @@ Invariants that make this safe without locks:
 from __future__ import annotations
 
 import logging
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
 
 from runtime.model.attention.base import ForwardBatch
 from runtime.model.runner import pick_device
-from runtime.sampling.sampler import fill_grammar_bitmask
 from runtime.scheduler.req import Req
 from runtime.scheduler.scheduler import Scheduler, _Planned
 from runtime.server_args import ServerArgs
-from runtime.transfer import pinned_if
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +88,7 @@ class OverlapScheduler(Scheduler):
                 if self._inflight is not None and self._inflight.deferred:
                     self._settle(self._inflight)
         elif not plan:
-            compiling = [r.grammar_future for r in self.waiting if r.grammar_future is not None]
-            if compiling:  # nothing else to do: wait a little for a grammar instead of spinning
-                wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
+            self._wait_for_grammars()
         launched = self._inflight
         if launched is not None and all(p.req.req_pool_idx is None for p in launched.plan):
             touched += self.drain()  # rows of finished requests only: land them now
@@ -136,20 +132,14 @@ class OverlapScheduler(Scheduler):
         launched = _Launched(plan, batch, sampling, None)
         if any(p.pending is not None and self._needs_landing(p.req) for p in sampling):
             launched.bitmask, launched.deferred = Future(), True  # see _settle
-        elif any(p.req.grammar is not None for p in sampling):
-            launched.bitmask = self._mask_pool.submit(self._mask, sampling)
+        else:
+            launched.bitmask = self._start_masks(sampling)
         for i, p in enumerate(sampling):
             p.req.pending_src = (launched, i)
         if fills:
             self.stats.overlapped_steps += 1
         launched.future = self._forward_thread.submit(self._run, launched, fills)
         return launched
-
-    def _mask(self, sampling: list[_Planned]):
-        matchers = [
-            None if p.void or p.req.req_pool_idx is None else p.req.grammar for p in sampling
-        ]
-        return fill_grammar_bitmask(matchers, self.mask_words, pinned_if(self.runner.device))
 
     @staticmethod
     def _needs_landing(req: Req) -> bool:
@@ -166,7 +156,7 @@ class OverlapScheduler(Scheduler):
             else:
                 launched.bitmask.set_result(done.result())
 
-        self._mask_pool.submit(self._mask, launched.sampling).add_done_callback(settle)
+        self._mask_pool.submit(self._masks, launched.sampling).add_done_callback(settle)
 
     def _run(self, launched: _Launched, fills: list[tuple[int, tuple]]) -> tuple:
         """On the forward thread: the pending input tokens, the forward, the sampling."""

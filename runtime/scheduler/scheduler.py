@@ -24,7 +24,7 @@ from runtime.model.attention.base import ForwardBatch
 from runtime.model.loader import load_tokenizer, resolve_tokenizer_path
 from runtime.model.parallel import ParallelConfig, TensorParallelError
 from runtime.model.runner import ModelRunner
-from runtime.sampling.sampler import fill_grammar_bitmask, mask_rows, prompt_logprobs, sample
+from runtime.sampling.sampler import fill_grammar_bitmask, prompt_logprobs, sample
 from runtime.scheduler.constrained import ConstrainedSteps
 from runtime.scheduler.grammar_backend import GrammarBackend
 from runtime.scheduler.policy import match_len_limit, order_waiting
@@ -196,11 +196,6 @@ class Scheduler(ConstrainedSteps):
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def drain(self) -> list[Req]:
-        """Land the step still running, if any (runtime.scheduler.overlap); here every step
-        lands before step() returns."""
-        return []
-
     # ---- one step -------------------------------------------------------------------------
     def step(self) -> list[Req]:
         """Run one forward; returns the requests that gained tokens or finished."""
@@ -208,23 +203,36 @@ class Scheduler(ConstrainedSteps):
         self._admit()
         plan = self._plan()
         if not plan:
-            compiling = [r.grammar_future for r in self.waiting if r.grammar_future is not None]
-            if compiling:  # nothing else to do: wait a little for a grammar instead of spinning
-                wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
+            self._wait_for_grammars()
             return failed
         batch = self._build_batch(plan)
         # constrained rows' masks are filled while the forward pass runs
-        matchers = [p.req.grammar for p in plan if p.sample_row is not None]
-        bitmask = None
-        if any(m is not None for m in matchers):
-            bitmask = self._mask_pool.submit(
-                fill_grammar_bitmask, matchers, self.mask_words, pinned_if(self.runner.device)
-            )
+        bitmask = self._start_masks([p for p in plan if p.sample_row is not None])
         try:
             results = self._results(plan, self.runner.forward(batch), bitmask)
         except Exception as exc:  # fail this step's requests, keep serving the others
             return failed + self._fail(plan, batch.out_cache_loc, bitmask, exc)
         return failed + self._apply(plan, results, batch.out_cache_loc)
+
+    def _wait_for_grammars(self) -> None:
+        """With nothing to run: wait a little for a compiling grammar instead of spinning."""
+        compiling = [r.grammar_future for r in self.waiting if r.grammar_future is not None]
+        if compiling:
+            wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
+
+    def _masks(self, sampling: list[_Planned]) -> torch.Tensor | None:
+        """The grammar bitmask of sampling rows (None where none is constrained); rows dropped
+        while their step ran (overlap) are left unconstrained."""
+        matchers = [
+            None if p.void or p.req.req_pool_idx is None else p.req.grammar for p in sampling
+        ]
+        return fill_grammar_bitmask(matchers, self.mask_words, pinned_if(self.runner.device))
+
+    def _start_masks(self, sampling: list[_Planned]) -> Future | None:
+        """_masks filled in the mask thread, or None where no row is constrained."""
+        if all(p.req.grammar is None for p in sampling):
+            return None
+        return self._mask_pool.submit(self._masks, sampling)
 
     def _fail(self, plan: list[_Planned], slots: torch.Tensor, bitmask, exc: Exception):
         logger.exception("a forward pass failed", exc_info=exc)
@@ -518,18 +526,15 @@ class Scheduler(ConstrainedSteps):
             if len(sampling) == 1:
                 logger.exception("sampling failed for %s", sampling[0].req.rid)
                 return [(sampling[0], (None, None, None))]
-            masks = mask_rows(bitmask, len(sampling))
+            masks = [None if bitmask is None else bitmask[i : i + 1] for i in range(len(sampling))]
             return [pair for p, m in zip(sampling, masks) for pair in self._sample([p], logits, m)]
 
     def _sample_rows(self, sampling: list[_Planned], logits: torch.Tensor, bitmask) -> list:
         reqs = [p.req for p in sampling]
         for req in reqs:
             inject("sampling", req.rid)
-        if isinstance(bitmask, Future):
-            bitmask = bitmask.result()
-        elif bitmask is None:
-            grammars = [r.grammar for r in reqs]
-            bitmask = fill_grammar_bitmask(grammars, self.mask_words, pinned_if(logits.device))
+        if bitmask is None:
+            bitmask = self._masks(sampling)
         rows, made = [p.sample_row for p in sampling], [p.made for p in sampling]
         out = sample(logits, reqs, self.eos_ids, bitmask, rows, made)
         return [
