@@ -260,8 +260,9 @@ class QuantizedMatmul:
         self.native = qgemv.NativeMatmul(lib, w) if lib is not None else None
         self.kernel_rows = NATIVE_ROWS if self.native else _KERNEL_ROWS[w.kind]
         # bf16 tiles (tile_kind) run the products of more than TILE_CODE_ROWS rows; made on
-        # first use, so --enable-deterministic-inference (use_tiles off after loading) never
-        # holds them
+        # first use (the model runner asks for them once loaded, after
+        # --enable-deterministic-inference has turned use_tiles off, so that setting never
+        # holds them, and a first batch does not wait ~0.1 s for the LM head's)
         self.use_tiles = bool(tile_kind()) and w.rows % 16 == 0 and w.cols % 32 == 0
         self.tiles: torch.Tensor | None = None
         if self.native is not None:

@@ -177,6 +177,9 @@ class ModelRunner:
             lib = qgemv.load()
             if lib is not None:
                 qgemv.use_avx512(lib, qgemv.avx512_wanted(), invariant=True)
+        for module in model.modules():  # the bf16 tiles now, not in a first batch's step
+            if getattr(module, "matmul", None) is not None:
+                module.matmul.bf16_tiles()
         for p in model.parameters():  # buffers (rotary tables) stay float32
             p.data = p.data.to(dtype=self.dtype)
         return model.to(self.device).eval()  # parameters and buffers
