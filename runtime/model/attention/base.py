@@ -98,7 +98,8 @@ class AttentionBackend(ABC):
         """q: [T, heads, d]; k, v: [T, kv_heads, d]; returns [T, heads * d]."""
 
     def decode_slots(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """For a batch of decodes only: each request's KV slots [B, Lmax] (padded) and their
-        counts [B], as a whole-step native kernel reads them; None for other batches or where
-        this backend keeps no such tables."""
+        """For a batch whose every new token attends as one query row (decodes; the torch
+        backend's short extends too): each token's KV slots [T, Lmax] (padded, its own last)
+        and their counts [T], as a whole-step native kernel reads them; None for other batches
+        or where this backend keeps no such tables."""
         return None

@@ -48,7 +48,9 @@ def test_native_step_equals_the_layer_by_layer_path(
         NativeDecodeStep, "__call__", lambda self, *a: calls.append(1) or native_call(self, *a)
     )
     ours = decode_logits(DirectRunner(folder, quantization=quantization), steps=4)
-    assert len(calls) == 4  # every decode step ran natively, no prefill did
+    # every step ran natively: the 4 decodes and the 3 prefills (extends of up to
+    # torch_backend.SHORT_EXTEND tokens attend as one query row a token)
+    assert len(calls) == 4 + len(PROMPTS)
 
     monkeypatch.setattr(NativeDecodeStep, "for_model", classmethod(lambda cls, m, p: None))
     reference = decode_logits(DirectRunner(folder, quantization=quantization), steps=4)
@@ -77,7 +79,7 @@ def test_native_step_reads_and_writes_a_bf16_cache(tmp_path, smollm2_folder, mon
     runner = DirectRunner(folder, quantization="int4", kv_cache_dtype="bfloat16")
     assert runner.runner.kv_pool.k_heads[0].dtype == torch.bfloat16
     ours = decode_logits(runner, steps=4)
-    assert len(calls) == 4
+    assert len(calls) == 4 + len(PROMPTS)  # the decodes and the short prefills
     monkeypatch.setattr(NativeDecodeStep, "for_model", classmethod(lambda cls, m, p: None))
     reference = decode_logits(
         DirectRunner(folder, quantization="int4", kv_cache_dtype="bfloat16"), steps=4

@@ -91,8 +91,20 @@ def check_model(folder: str, backend: str = "torch"):
     for i in range(2, len(c)):
         (lc,) = ours.forward([("c", [c[i]], i)])
         assert (lc[0] - ref["c"][i]).abs().max() < TOL, f"decode step {i}"
+    # one ragged step of a short extend over a cached prefix (one query row a token in the
+    # torch backend), a long fresh extend, a short fresh one and a decode
+    d, e, f = prompts(3, length_range=(30, 40), seed=1)
+    ours.forward([("d", d[:24], 0)])
+    ld, le, lf, la = ours.forward(
+        [("d", d[24:29], 24), ("e", e, 0), ("f", f[:3], 0), ("a", [5], len(a))]
+    )
+    assert (ld - hf_logits(hf, d[:29])[24:]).abs().max() < TOL
+    assert (le - hf_logits(hf, e)).abs().max() < TOL
+    assert (lf - hf_logits(hf, f[:3])).abs().max() < TOL
+    assert (la[0] - hf_logits(hf, a + [5])[-1]).abs().max() < TOL
     # a batched decode step over requests of different lengths (padding is masked)
     extra = [7, 8, 9]
+    a = a + [5]
     outs = ours.forward([(n, [t], len(p)) for n, p, t in zip("abc", (a, b, c), extra)])
     for out, p, t in zip(outs, (a, b, c), extra):
         assert (out[0] - hf_logits(hf, p + [t])[-1]).abs().max() < TOL
