@@ -56,7 +56,8 @@ class ServerArgs:
         "auto",
         "Weights of the decoder layers on the CPU: int8 or int4 (groups of 32); auto keeps a "
         "GGUF file's precision and codes (int4 for 4-bit files, int8 for other quantized "
-        "ones; float files, Hugging Face folders and CUDA: none, the --dtype weights).",
+        "ones and for the layers of a 4-bit file holding a matrix of more bits, such as Q6_K; "
+        "float files, Hugging Face folders and CUDA: none, the --dtype weights).",
         choices=QUANTIZATIONS,
     )
     enable_deterministic_inference: bool = _opt(

@@ -38,16 +38,24 @@ class _QuantizedBlocks:
 
     def load(self, block: int, full, rows: int, start: int) -> QuantizedMatmul | None:
         """Store block `block` (a float tensor or a QuantizedTensor); the matmul once all are in.
-        Codes of another kind (a file's Q8_0 matrix in an int4 layer) are rounded to this one."""
-        if isinstance(full, QuantizedTensor) and full.kind != self.kind:
-            full = full.dequantize()
-        if not isinstance(full, QuantizedTensor):
+        Codes of another kind (a file's Q8_0 matrix in an int4 layer) are rounded to this one,
+        except int8 codes marked `finer` in an int4 layer: the whole layer then runs int8 (its
+        int4 blocks rounded to int8, which moves a value by at most 1/254 of its group's
+        largest), so a 6-bit v or down projection beside 4-bit ones keeps its bits."""
+        if isinstance(full, QuantizedTensor):
+            if full.kind == "int8" and full.finer and self.kind == "int4":
+                self.kind = "int8"
+            if full.rows != rows:
+                full = full.narrow_rows(start, rows)
+        else:
             full = quantize(full.narrow(0, start, rows), self.kind)
-        elif full.rows != rows:
-            full = full.narrow_rows(start, rows)
         self.parts[block] = full
         if all(p is not None for p in self.parts):
-            self.matmul = QuantizedMatmul(concat_rows(self.parts))
+            parts = [
+                p if p.kind == self.kind else quantize(p.dequantize(), self.kind)
+                for p in self.parts
+            ]
+            self.matmul = QuantizedMatmul(concat_rows(parts))
             self.parts = []
         return self.matmul
 

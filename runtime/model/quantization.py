@@ -93,6 +93,9 @@ class QuantizedTensor:
     q: torch.Tensor
     scale: torch.Tensor
     zero: torch.Tensor | None = None
+    # int8 codes of a file's matrix of more than 4 bits, read to keep the file's precision
+    # (read_gguf_weights): a layer of int4 takes int8 instead of rounding them to 4 bits
+    finer: bool = False
 
     @property
     def rows(self) -> int:
@@ -197,6 +200,11 @@ def from_gguf_q8_0(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
 
 # GGUF tensor types whose blocks map exactly onto our groups of 32, and the kind they become.
 EXACT_TYPES = {"Q4_0": "int4", "Q4_1": "int4", "Q4_K": "int4", "Q8_0": "int8"}
+# Types of more than 4 bits a weight that do not map exactly: in a 4-bit file they become int8
+# groups of 32 (symmetric, so a value moves by at most 1/254 of its group's largest magnitude;
+# Q6_K's own step is 1/32 of its sub-block's), not int4. Q4_K_M files hold Q6_K for the
+# output, half the layers' attn_v and ffn_down; Q5_K_M files Q5_K and Q6_K.
+FINER_TYPES = ("Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_1", "Q8_K", "F16", "BF16", "F32")
 
 
 def from_gguf_blocks(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> QuantizedTensor:
@@ -208,18 +216,24 @@ def from_gguf_blocks(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -
     return from_gguf_q4(blocks, kind_name, rows, cols)
 
 
-def read_gguf_weights(gguf_path: str, kind: str):
+def read_gguf_weights(gguf_path: str, kind: str, keep_precision: bool = False):
     """Yield (Hugging Face name, weight) straight from a GGUF file: a QuantizedTensor of the
     file's own codes for each matrix of EXACT_TYPES (all of them for int4; Q8_0 alone for
     int8), else a float32 tensor. A layer given codes of the other kind rounds their values
-    to its own (runtime/model/layers.py)."""
+    to its own (runtime/model/layers.py). With `keep_precision` (--quantization auto) an int4
+    model keeps the precision of matrices of more bits: Q8_0 codes and the FINER_TYPES
+    matrices (as int8) come marked `finer`, and their layers run int8."""
     from runtime.model.gguf_convert import GGUFBlocks, iter_gguf_weights, open_gguf
 
     reader, config, arch = open_gguf(gguf_path)
+    finer = keep_precision and kind == "int4"
     keep = tuple(t for t, k in EXACT_TYPES.items() if kind == "int4" or k == kind)
+    keep += FINER_TYPES if finer else ()
     for name, weight in iter_gguf_weights(reader, config, arch, keep):
         if isinstance(weight, GGUFBlocks):
-            yield name, _from_blocks(weight)
+            w = _from_blocks(weight)
+            w.finer = finer and w.kind == "int8"
+            yield name, w
         else:
             yield name, torch.from_numpy(weight if weight.flags.writeable else weight.copy())
 
@@ -227,7 +241,10 @@ def read_gguf_weights(gguf_path: str, kind: str):
 def _from_blocks(blocks) -> QuantizedTensor:
     from runtime.model.gguf_convert import unpermute_rotary
 
-    w = from_gguf_blocks(blocks.data, blocks.type_name, blocks.rows, blocks.cols)
+    if blocks.type_name in EXACT_TYPES:
+        w = from_gguf_blocks(blocks.data, blocks.type_name, blocks.rows, blocks.cols)
+    else:  # a finer type: int8 groups of its values
+        w = quantize(_gguf_floats(blocks), "int8")
     if blocks.heads is None:
         return w
 
@@ -238,6 +255,18 @@ def _from_blocks(blocks) -> QuantizedTensor:
         return torch.from_numpy(np.ascontiguousarray(unpermute_rotary(x.numpy(), blocks.heads)))
 
     return QuantizedTensor(w.kind, rows(w.q), rows(w.scale), rows(w.zero))
+
+
+def _gguf_floats(blocks) -> torch.Tensor:
+    """A GGUF matrix's values as float32 [rows, cols]."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    if blocks.type_name in ("F32", "F16"):
+        values = np.asarray(blocks.data, dtype=np.float32)
+    else:
+        values = dequantize(blocks.data, GGMLQuantizationType[blocks.type_name])
+    return torch.from_numpy(np.ascontiguousarray(values.reshape(blocks.rows, blocks.cols)))
 
 
 def concat_rows(parts: list[QuantizedTensor]) -> QuantizedTensor:

@@ -166,7 +166,8 @@ class ModelRunner:
             self.config, self.config.max_position_embeddings, self.quantization, self.tp
         )
         if self.quantization and self.gguf_path:
-            weights = read_gguf_weights(self.gguf_path, self.quantization)
+            keep = self.args.quantization == "auto"  # each matrix at least its file's bits
+            weights = read_gguf_weights(self.gguf_path, self.quantization, keep_precision=keep)
         else:
             weights = iter_safetensors(self.model_folder)
         model.load_weights(weights)

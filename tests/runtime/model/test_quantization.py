@@ -348,3 +348,67 @@ def test_native_decode_attention_matches_the_torch_path(kv_dtype, monkeypatch):
     monkeypatch.setattr(qgemv, "decode_attention", lambda *a: None)
     reference = backend.forward(q, k, v, 0, batch)
     assert torch.allclose(ours, reference, atol=1e-5)
+
+
+def _q6_k_blocks(rows: int, cols: int, seed: int = 0):
+    """Random GGUF Q6_K bytes (210 a super-block of 256: 128 low and 64 high bits of the
+    codes, 16 int8 scales, f16 d) with a finite d, and their values by gguf's reader."""
+    import numpy as np
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (rows, cols // 256, 210), dtype=np.uint8)
+    d = rng.uniform(0.0005, 0.002, (rows, cols // 256, 1)).astype(np.float16)
+    raw[..., 208:210] = d.view(np.uint8)
+    raw = raw.reshape(rows, -1)
+    values = dequantize(raw, GGMLQuantizationType.Q6_K).reshape(rows, cols)
+    return raw, torch.from_numpy(values)
+
+
+def test_finer_gguf_matrices_keep_their_bits_in_an_int4_model(monkeypatch):
+    """--quantization auto on a 4-bit file with 6-bit matrices (as Q4_K_M files have): those
+    come as int8 marked finer, and a layer holding one runs int8; asked for int4, they are
+    rounded to 4 bits as before."""
+    from runtime.model import gguf_convert
+    from runtime.model.gguf_convert import GGUFBlocks
+    from runtime.model.layers import ColumnParallelLinear
+    from runtime.model.quantization import read_gguf_weights
+
+    rows, cols = 32, 512
+    q_raw, q_values = _q6_k_blocks(rows, cols, seed=1)
+    v_raw, v_values = _q6_k_blocks(rows, cols, seed=2)
+    k = quantize(torch.randn(rows, cols), "int4")  # a Q4 block's codes
+    tensors = {
+        "model.layers.0.self_attn.q_proj.weight": GGUFBlocks("Q6_K", q_raw, rows, cols, None),
+        "model.layers.0.self_attn.v_proj.weight": GGUFBlocks("Q6_K", v_raw, rows, cols, None),
+    }
+
+    def fake_iter(reader, config, arch, keep):
+        for name, blocks in tensors.items():
+            if blocks.type_name in keep:
+                yield name, blocks
+            else:  # as iter_gguf_weights: the values, as float32
+                yield name, (q_values if "q_proj" in name else v_values).numpy().copy()
+
+    monkeypatch.setattr(gguf_convert, "open_gguf", lambda path: (None, {}, "llama"))
+    monkeypatch.setattr(gguf_convert, "iter_gguf_weights", fake_iter)
+    kept = dict(read_gguf_weights("model.gguf", "int4", keep_precision=True))
+    plain = dict(read_gguf_weights("model.gguf", "int4"))
+    v_kept = kept["model.layers.0.self_attn.v_proj.weight"]
+    assert v_kept.kind == "int8" and v_kept.finer
+    group_top = v_values.abs().view(rows, -1, 32).amax(dim=2).repeat_interleave(32, dim=1)
+    assert ((v_kept.dequantize() - v_values).abs() <= group_top / 254 + 1e-7).all()
+    assert isinstance(plain["model.layers.0.self_attn.v_proj.weight"], torch.Tensor)
+
+    for weights, kind in ((kept, "int8"), (plain, "int4")):
+        layer = ColumnParallelLinear(cols, [rows] * 3, bias=False, quantization="int4")
+        layer.load(0, weights["model.layers.0.self_attn.q_proj.weight"])
+        layer.load(1, k)
+        layer.load(2, weights["model.layers.0.self_attn.v_proj.weight"])
+        assert layer.matmul.w.kind == kind
+        dense = torch.cat([q_values, k.dequantize(), v_values])
+        error = (layer.matmul.w.dequantize() - dense).abs().max() / dense.abs().max()
+        # int8: within 1/254 of a group's largest; int4 rounds the 6-bit values to 16 levels
+        assert error < (0.005 if kind == "int8" else 0.1), (kind, float(error))
+    assert error > 0.01  # the 4-bit rounding is what keeping the file's bits avoids
