@@ -225,9 +225,14 @@ void int8_dequantize(const int8_t *q, const float *d, int64_t n, int64_t k, floa
       out[o * k + j] = (float)q[o * k + j] * d[o * (k / GROUP) + j / GROUP];
 }
 
+// The row-wise kernels below (norms, rotary, KV writes, SiLU) split their rows between
+// `threads` from this many rows on (a prefill); fewer (a decode step's) run on the caller.
+#define PARALLEL_ROWS 128
+
 // RMSNorm of each row of x [rows, dim] (row stride `stride`), times w: out [rows, dim].
 void rms_norm(const float *x, int64_t stride, const float *w, int64_t rows, int64_t dim,
-              float eps, float *out) {
+              float eps, float *out, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (rows >= PARALLEL_ROWS)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * stride;
     float sum = 0.0f;
@@ -240,8 +245,10 @@ void rms_norm(const float *x, int64_t stride, const float *w, int64_t rows, int6
 // Rotary embedding in place, half-split layout, on the q heads then the k heads of each row of
 // a fused qkv projection (row stride `stride`); cos/sin tables [positions, dim].
 void rotary_inplace(float *qkv, int64_t stride, int64_t rows, int64_t heads, int64_t dim,
-                    const int64_t *positions, const float *cos_table, const float *sin_table) {
+                    const int64_t *positions, const float *cos_table, const float *sin_table,
+                    int threads) {
   int64_t half = dim / 2;
+#pragma omp parallel for num_threads(threads) schedule(static) if (rows >= PARALLEL_ROWS)
   for (int64_t r = 0; r < rows; r++) {
     const float *c = cos_table + positions[r] * dim, *s = sin_table + positions[r] * dim;
     for (int64_t h = 0; h < heads; h++) {
@@ -369,7 +376,8 @@ void decode_attention(const float *q, int64_t q_stride, const void *k, const voi
 // k/v rows [tokens, kv_heads, dim] (row stride `stride`) into the head-major pool at `slots`
 // (float32, or bf16 with `bf16`: rounded to nearest even, as torch casts).
 void write_kv(const float *rows, int64_t stride, int64_t tokens, int64_t kv_heads, int64_t dim,
-              const int64_t *slots, int64_t pool_slots, void *pool, int bf16) {
+              const int64_t *slots, int64_t pool_slots, void *pool, int bf16, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (tokens >= PARALLEL_ROWS)
   for (int64_t t = 0; t < tokens; t++)
     for (int64_t h = 0; h < kv_heads; h++) {
       const float *x = rows + t * stride + h * dim;
@@ -384,8 +392,9 @@ void write_kv(const float *rows, int64_t stride, int64_t tokens, int64_t kv_head
 }
 
 // silu(gate) * up for rows of [gate | up] (width 2 * inter): out [rows, inter].
-void silu_mul(const float *x, int64_t rows, int64_t inter, float *out) {
+void silu_mul(const float *x, int64_t rows, int64_t inter, float *out, int threads) {
   const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+#pragma omp parallel for num_threads(threads) schedule(static) if (rows >= PARALLEL_ROWS)
   for (int64_t r = 0; r < rows; r++) {
     const float *gate = x + r * 2 * inter, *up = gate + inter;
     float *o = out + r * inter;
@@ -645,26 +654,27 @@ void decode_step(const qmodel *m, float *h, int64_t rows, const int64_t *positio
                 malloc(sizeof(float) * groups)};
   for (int64_t l = 0; l < m->layers; l++) {
     const qlayer *L = m->layer + l;
-    rms_norm(h, hid, L->in_norm, rows, hid, m->eps, xn);
+    rms_norm(h, hid, L->in_norm, rows, hid, m->eps, xn, threads);
     linear_into(&L->qkv, xn, rows, m->tile_rows, &r, qkv, threads);
-    rotary_inplace(qkv, qkv_width, rows, m->heads, m->dim, positions, m->cos, m->sin);
-    rotary_inplace(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, positions, m->cos, m->sin);
+    rotary_inplace(qkv, qkv_width, rows, m->heads, m->dim, positions, m->cos, m->sin, threads);
+    rotary_inplace(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, positions, m->cos, m->sin,
+                   threads);
     write_kv(qkv + qd, qkv_width, rows, m->kv_heads, m->dim, out_loc, m->pool_slots, L->k_pool,
-             m->kv_bf16);
+             m->kv_bf16, threads);
     write_kv(qkv + qd + kvd, qkv_width, rows, m->kv_heads, m->dim, out_loc, m->pool_slots,
-             L->v_pool, m->kv_bf16);
+             L->v_pool, m->kv_bf16, threads);
     decode_attention(qkv, qkv_width, L->k_pool, L->v_pool, m->pool_slots, slots, lmax, lens,
                      rows, m->heads, m->kv_heads, m->dim, 1.0f / sqrtf((float)m->dim), att,
                      threads, m->kv_bf16);
     linear_into(&L->o, att, rows, m->tile_rows, &r, tmp, threads);
     add_into(h, tmp, rows * hid);
-    rms_norm(h, hid, L->post_norm, rows, hid, m->eps, xn);
+    rms_norm(h, hid, L->post_norm, rows, hid, m->eps, xn, threads);
     linear_into(&L->gate_up, xn, rows, m->tile_rows, &r, gu, threads);
-    silu_mul(gu, rows, m->inter, act);
+    silu_mul(gu, rows, m->inter, act, threads);
     linear_into(&L->down, act, rows, m->tile_rows, &r, tmp, threads);
     add_into(h, tmp, rows * hid);
   }
-  rms_norm(h, hid, m->final_norm, rows, hid, m->eps, xn);
+  rms_norm(h, hid, m->final_norm, rows, hid, m->eps, xn, threads);
   memcpy(h, xn, sizeof(float) * rows * hid);
   free(xn), free(tmp), free(qkv), free(att), free(gu), free(act);
   free(r.xq), free(r.xs), free(r.xsum);

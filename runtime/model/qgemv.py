@@ -91,14 +91,14 @@ def load() -> ctypes.CDLL | None:
     lib = ctypes.CDLL(path)
     lib.int4_dequantize.argtypes = [_P, _P, _P, _I64, _I64, _P, _INT]
     lib.int8_dequantize.argtypes = [_P, _P, _I64, _I64, _P, _INT]
-    lib.rms_norm.argtypes = [_P, _I64, _P, _I64, _I64, ctypes.c_float, _P]
-    lib.rotary_inplace.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P]
+    lib.rms_norm.argtypes = [_P, _I64, _P, _I64, _I64, ctypes.c_float, _P, _INT]
+    lib.rotary_inplace.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P, _INT]
     lib.decode_attention.argtypes = [_P, _I64, _P, _P, _I64, _P, _I64, _P, _I64, _I64, _I64]
     lib.decode_attention.argtypes += [_I64, ctypes.c_float, _P, _INT, _INT]
     lib.int4_linear.argtypes = [_P, _P, _P, _I64, _I64, _P, _I64, _P, _INT]
     lib.int8_linear.argtypes = [_P, _P, _I64, _I64, _P, _I64, _P, _INT]
-    lib.write_kv.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _I64, _P, _INT]
-    lib.silu_mul.argtypes = [_P, _I64, _I64, _P]
+    lib.write_kv.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _I64, _P, _INT, _INT]
+    lib.silu_mul.argtypes = [_P, _I64, _I64, _P, _INT]
     lib.decode_step.argtypes = [_P, _P, _I64, _P, _P, _P, _I64, _P, _INT]
     lib.tiles_linear.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
     lib.argmax_rows.argtypes = [_P, _I64, _I64, _P, _I64, _P, _INT]
@@ -142,7 +142,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor 
     if lib is None or not _rows_ok(x) or weight.dtype != torch.float32:
         return None
     out = torch.empty(x.shape)
-    lib.rms_norm(_ptr(x), x.stride(0), _ptr(weight), x.shape[0], x.shape[1], eps, _ptr(out))
+    lib.rms_norm(
+        _ptr(x), x.stride(0), _ptr(weight), x.shape[0], x.shape[1], eps, _ptr(out),
+        torch.get_num_threads(),
+    )  # fmt: skip
     return out
 
 
@@ -157,8 +160,9 @@ def rotary_inplace(
     if not (positions.is_contiguous() and cos.is_contiguous() and cos.dtype == torch.float32):
         return False
     lib.rotary_inplace(
-        _ptr(qk), qk.stride(0), qk.shape[0], heads, dim, _ptr(positions), _ptr(cos), _ptr(sin)
-    )
+        _ptr(qk), qk.stride(0), qk.shape[0], heads, dim, _ptr(positions), _ptr(cos), _ptr(sin),
+        torch.get_num_threads(),
+    )  # fmt: skip
     return True
 
 
@@ -190,7 +194,7 @@ def write_kv(pool: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> boo
     tokens, kv_heads, dim = rows.shape
     lib.write_kv(
         _ptr(rows), rows.stride(0), tokens, kv_heads, dim, _ptr(slots), pool.shape[1], _ptr(pool),
-        kv_bf16(pool),
+        kv_bf16(pool), torch.get_num_threads(),
     )  # fmt: skip
     return True
 
@@ -216,7 +220,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
         return None
     rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(rows, inter)
-    lib.silu_mul(_ptr(gate_up), rows, inter, _ptr(out))
+    lib.silu_mul(_ptr(gate_up), rows, inter, _ptr(out), torch.get_num_threads())
     return out
 
 

@@ -192,35 +192,37 @@ def test_native_silu_follows_torch_over_the_whole_float_range():
 
 
 @native
-def test_native_norm_rotary_activation_and_kv_write_match_torch():
+@pytest.mark.parametrize("n", [3, 300])  # 300 rows: split between threads (PARALLEL_ROWS)
+def test_native_norm_rotary_activation_and_kv_write_match_torch(n):
     from runtime.model.config import RopeConfig
 
     torch.manual_seed(0)
     norm = RMSNorm(64, 1e-5)
     norm.weight.data = torch.randn(64)
-    x = torch.randn(7, 64) * 3
+    x = torch.randn(n, 64) * 3
     ours = norm(x)
     ref = torch.nn.functional.rms_norm(x, (64,), norm.weight, 1e-5)
     assert torch.allclose(ours, ref, atol=1e-5)
 
     heads, kv_heads, dim = 4, 2, 16
     rotary = RotaryEmbedding(dim, 128, RopeConfig(theta=10000.0))
-    positions = torch.tensor([0, 5, 127])
-    qkv = torch.randn(3, (heads + 2 * kv_heads) * dim)
-    q = qkv[:, : heads * dim].reshape(3, heads, dim)
-    k = qkv[:, heads * dim : (heads + kv_heads) * dim].reshape(3, kv_heads, dim)
+    positions = torch.randint(0, 128, (n,))
+    qkv = torch.randn(n, (heads + 2 * kv_heads) * dim)
+    q = qkv[:, : heads * dim].reshape(n, heads, dim)
+    k = qkv[:, heads * dim : (heads + kv_heads) * dim].reshape(n, kv_heads, dim)
     q_ref, k_ref = apply_rotary(q, k, rotary.table(positions, torch.float32))
     v_before = qkv[:, (heads + kv_heads) * dim :].clone()
     assert rotary.for_batch(positions, torch.float32).rotate_qkv_inplace(qkv, heads, kv_heads, dim)
-    assert torch.allclose(qkv[:, : heads * dim].view(3, heads, dim), q_ref, atol=1e-5)
-    k_ours = qkv[:, heads * dim : (heads + kv_heads) * dim].view(3, kv_heads, dim)
+    assert torch.allclose(qkv[:, : heads * dim].view(n, heads, dim), q_ref, atol=1e-5)
+    k_ours = qkv[:, heads * dim : (heads + kv_heads) * dim].view(n, kv_heads, dim)
     assert torch.allclose(k_ours, k_ref, atol=1e-5)
     assert torch.equal(qkv[:, (heads + kv_heads) * dim :], v_before)  # v untouched
 
-    gate_up = torch.randn(3, 2 * 40)
+    gate_up = torch.randn(n, 2 * 40)
     gate, up = gate_up.chunk(2, dim=-1)
     assert torch.allclose(qgemv.silu_mul(gate_up), torch.nn.functional.silu(gate) * up, atol=1e-6)
-    pool, rows, slots = torch.zeros(2, 20, 16), torch.randn(4, 2, 16), torch.tensor([2, 7, 1, 19])
+    pool, rows = torch.zeros(2, n + 16, 16), torch.randn(n, 2, 16)
+    slots = torch.randperm(n + 16)[:n]
     expected = pool.clone()
     expected.transpose(0, 1)[slots] = rows
     assert qgemv.write_kv(pool, slots, rows) and torch.equal(pool, expected)
