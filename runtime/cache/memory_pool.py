@@ -46,6 +46,9 @@ class ReqToTokenPool:
         return len(self.free_rows)
 
 
+_MERGE_EVERY = 256  # frees kept apart before they join the free list
+
+
 class TokenToKVPool:
     """Per-layer K and V buffers of shape [num_slots + 1, kv_heads, head_dim], page size 1.
 
@@ -80,21 +83,42 @@ class TokenToKVPool:
         self.clear()
 
     def clear(self) -> None:
-        self.free_slots = torch.arange(1, self.size + 1, dtype=torch.int64, device=self.device)
+        self._free = torch.arange(1, self.size + 1, dtype=torch.int64, device=self.device)
+        # slots given back since the last merge, in order: appended to `_free` only when an
+        # alloc needs them (a merge copies the whole free list, ~1 ms for 100k slots; frees
+        # come several a step). Slots are taken in the same order as with a merge per free.
+        self._freed: list[torch.Tensor] = []
+        self._freed_count = 0
+
+    @property
+    def free_slots(self) -> torch.Tensor:
+        """Every free slot, in the order alloc takes them."""
+        self._merge()
+        return self._free
+
+    def _merge(self) -> None:
+        if self._freed:
+            self._free = torch.cat([self._free, *self._freed])
+            self._freed, self._freed_count = [], 0
 
     def available(self) -> int:
-        return int(self.free_slots.numel())
+        return int(self._free.numel()) + self._freed_count
 
     def alloc(self, n: int) -> torch.Tensor | None:
         """Take n free slots, or return None (and take nothing) when fewer are free."""
-        if n > self.free_slots.numel():
-            return None
-        out, self.free_slots = self.free_slots[:n], self.free_slots[n:]
+        if n > self._free.numel():
+            if n > self.available():
+                return None
+            self._merge()
+        out, self._free = self._free[:n], self._free[n:]
         return out
 
     def free(self, slots: torch.Tensor) -> None:
         if slots.numel():
-            self.free_slots = torch.cat([self.free_slots, slots.to(torch.int64)])
+            self._freed.append(slots.to(torch.int64))
+            self._freed_count += slots.numel()
+            if len(self._freed) >= _MERGE_EVERY:  # a bounded list, whatever alloc takes
+                self._merge()
 
     def set_kv(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         self.k_buffers[layer][loc] = self.store(k, self.k_scale)

@@ -163,8 +163,9 @@ class OverlapScheduler(Scheduler):
         if fills:
             tokens = []
             for _, (source, index) in fills:
-                try:
-                    token = source.future.result()[1][index][1][0]  # ran on this thread before
+                try:  # that step ran on this thread before: its results are there
+                    _, samples = source.future.result()  # (prompt logprobs, samples)
+                    _, (token, _, _) = samples[index]  # (planned, (token, logprob, top))
                 except Exception:  # that step failed: its requests fail as it lands
                     token = None
                 tokens.append(0 if token is None else token)  # None: that request failed

@@ -118,3 +118,27 @@ def test_split_and_reuse():
     cache.lock(node)
     assert cache.evict(100) == 4  # [4, 5] and [9, 9]; the locked path [1, 2], [3] stays
     assert cache.protected_size() == 3 and cache.evictable_size() == 0
+
+
+def test_kv_pool_takes_freed_slots_in_order_and_counts_them():
+    """Frees wait apart from the free list until an alloc needs them; slots come out in the
+    order a merge at every free would give, and available() counts the waiting ones."""
+    from runtime.cache import memory_pool
+
+    kv = TokenToKVPool(10, 1, 1, 2, torch.float32)
+    first = kv.alloc(8)
+    kv.free(first[5:7])
+    kv.free(first[:2])
+    kv.free(first[:0])  # nothing
+    assert kv.available() == 2 + 4
+    assert kv.alloc(3).tolist() == [9, 10, 6]  # the two never taken, then the frees in order
+    assert kv.alloc(4) is None and kv.available() == 3  # too many: nothing taken
+    assert kv.free_slots.tolist() == [7, 1, 2]
+    for slot in first[2:5]:
+        kv.free(slot[None])
+    assert kv.alloc(6).tolist() == [7, 1, 2, 3, 4, 5] and kv.available() == 0
+    many = memory_pool._MERGE_EVERY
+    kv = TokenToKVPool(many + 5, 1, 1, 2, torch.float32)
+    for slot in kv.alloc(many):  # a bounded number of frees kept apart
+        kv.free(slot[None])
+    assert not kv._freed and kv.available() == many + 5
