@@ -322,17 +322,60 @@ static inline const float *row_floats(const void *row, int64_t dim, float *buf, 
   return buf;
 }
 
+#define KEYS 8  // cached rows attended to at once
+
+// Lane t: the sum of the lanes of a[t] (8 horizontal sums in 10 instructions, not 40).
+static inline __m256 hsum8(const __m256 a[8]) {
+  __m256 s0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  __m256 s1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  // s0: the partial sums of a[0..3], low halves' then high halves'; s1 those of a[4..7]
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_permute2f128_ps(s0, s1, 0x31));
+}
+
+// scores[t] = scale * (q . k[t]) for the KEYS rows k (dim floats each).
+static inline __m256 dot_keys(const float *q, const float *const k[KEYS], int64_t dim,
+                              __m256 scale) {
+  __m256 acc[KEYS];
+#pragma GCC unroll 8
+  for (int t = 0; t < KEYS; t++) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < dim; i += 8) {
+    __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
+    for (int t = 0; t < KEYS; t++) acc[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t] + i), acc[t]);
+  }
+  return _mm256_mul_ps(hsum8(acc), scale);
+}
+
+// o[0..8U) += sum over t < n of p[t] * v[t][0..8U), the U vectors of o held in registers.
+#define ADD_ROWS(U)                                                                     \
+  static inline void add_rows_##U(float *o, const float *p, const float *const *v,     \
+                                  int n) {                                              \
+    __m256 acc[U];                                                                      \
+    _Pragma("GCC unroll 8") for (int u = 0; u < U; u++) acc[u] = _mm256_loadu_ps(o + 8 * u); \
+    for (int t = 0; t < n; t++) {                                                       \
+      __m256 pt = _mm256_set1_ps(p[t]);                                                 \
+      _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)                               \
+          acc[u] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(v[t] + 8 * u), acc[u]);          \
+    }                                                                                   \
+    _Pragma("GCC unroll 8") for (int u = 0; u < U; u++) _mm256_storeu_ps(o + 8 * u, acc[u]); \
+  }
+ADD_ROWS(8)
+ADD_ROWS(1)
+
 // Attention of one new token per request over its cached tokens, read in place from the
 // head-major pool (k, v: [kv_heads, pool_slots, dim], float32, or bf16 with `bf16`); slots
 // [batch, lmax] lists each request's KV slots, of which the first lens[b] count. q: [batch,
 // heads, dim] rows of stride q_stride; out: [batch, heads, dim]. dim must be a multiple of 8.
 // The query heads sharing a KV head go through each cached row together, so K and V are read
-// once per request.
+// once per request (bf16 rows widened once), KEYS rows at a time: their scores are 8 dot
+// products summed across lanes in one go, and each head's output accumulates in registers
+// over them (64 dims at a time).
 void decode_attention(const float *q, int64_t q_stride, const void *k, const void *v,
                       int64_t pool_slots, const int64_t *slots, int64_t lmax,
                       const int64_t *lens, int64_t batch, int64_t heads, int64_t kv_heads,
                       int64_t dim, float scale, float *out, int threads, int bf16) {
   int64_t group = heads / kv_heads;
+  const __m256 scale8 = _mm256_set1_ps(scale);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t pair = 0; pair < batch * kv_heads; pair++) {
     int64_t b = pair / kv_heads, h = pair % kv_heads, len = lens[b];
@@ -340,16 +383,24 @@ void decode_attention(const float *q, int64_t q_stride, const void *k, const voi
     const void *kh = kv_row(k, h * pool_slots * dim, bf16);
     const void *vh = kv_row(v, h * pool_slots * dim, bf16);
     const float *qh = q + b * q_stride + h * group * dim;
-    float *scores = (float *)malloc(sizeof(float) * (group * len + dim));
-    float *row = scores + group * len;                // a bf16 row as floats
+    float *scores = (float *)malloc(sizeof(float) * (group * len + KEYS * dim + KEYS));
+    float *rows = scores + group * len;  // KEYS bf16 rows as floats
     float *o = out + (b * heads + h * group) * dim;  // the group's heads, one after another
-    for (int64_t j = 0; j < len; j++) {
-      const float *kj = row_floats(kv_row(kh, s[j] * dim, bf16), dim, row, bf16);
+    const float *r[KEYS];
+    for (int64_t j0 = 0; j0 < len; j0 += KEYS) {
+      int n = len - j0 < KEYS ? (int)(len - j0) : KEYS;
+      for (int t = 0; t < KEYS; t++)  // past the last row: the first again, its score unused
+        r[t] = t < n ? row_floats(kv_row(kh, s[j0 + t] * dim, bf16), dim, rows + t * dim, bf16)
+                     : r[0];
       for (int64_t g = 0; g < group; g++) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t i = 0; i < dim; i += 8)
-          acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + g * dim + i), _mm256_loadu_ps(kj + i), acc);
-        scores[g * len + j] = hsum(acc) * scale;
+        __m256 sc = dot_keys(qh + g * dim, r, dim, scale8);
+        if (n == KEYS) {
+          _mm256_storeu_ps(scores + g * len + j0, sc);
+        } else {
+          float lane[KEYS];
+          _mm256_storeu_ps(lane, sc);
+          memcpy(scores + g * len + j0, lane, sizeof(float) * n);
+        }
       }
     }
     for (int64_t g = 0; g < group; g++) {
@@ -358,15 +409,24 @@ void decode_attention(const float *q, int64_t q_stride, const void *k, const voi
       float inv = 1.0f / exp_shifted(sg, len, top);
       for (int64_t j = 0; j < len; j++) sg[j] *= inv;
     }
-    for (int64_t i = 0; i < group * dim; i++) o[i] = 0.0f;
-    for (int64_t j = 0; j < len; j++) {
-      const float *vj = row_floats(kv_row(vh, s[j] * dim, bf16), dim, row, bf16);
+    memset(o, 0, sizeof(float) * group * dim);
+    for (int64_t j0 = 0; j0 < len; j0 += KEYS) {
+      int n = len - j0 < KEYS ? (int)(len - j0) : KEYS;
+      for (int t = 0; t < n; t++)
+        r[t] = row_floats(kv_row(vh, s[j0 + t] * dim, bf16), dim, rows + t * dim, bf16);
       for (int64_t g = 0; g < group; g++) {
-        __m256 p = _mm256_set1_ps(scores[g * len + j]);
-        float *og = o + g * dim;
-        for (int64_t i = 0; i < dim; i += 8)
-          _mm256_storeu_ps(og + i,
-                           _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + i), _mm256_loadu_ps(og + i)));
+        const float *p = scores + g * len + j0;
+        int64_t c = 0;
+        for (; c + 64 <= dim; c += 64) {
+          const float *vc[KEYS];
+          for (int t = 0; t < n; t++) vc[t] = r[t] + c;
+          add_rows_8(o + g * dim + c, p, vc, n);
+        }
+        for (; c < dim; c += 8) {
+          const float *vc[KEYS];
+          for (int t = 0; t < n; t++) vc[t] = r[t] + c;
+          add_rows_1(o + g * dim + c, p, vc, n);
+        }
       }
     }
     free(scores);

@@ -302,16 +302,18 @@ def _greedy(runner: DirectRunner, name: str, prompt: list[int], n: int) -> list[
 
 
 @native
+@pytest.mark.parametrize("dim", [16, 80])  # 80: a 64-dim block of the output and a rest
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16])
-def test_native_decode_attention_matches_the_torch_path(kv_dtype, monkeypatch):
-    """The one-call decode attention against the gather + bmm path, ragged cached lengths, GQA,
-    on a float32 pool and a bf16 one (--kv-cache-dtype bfloat16 beside a float32 model)."""
+def test_native_decode_attention_matches_the_torch_path(kv_dtype, dim, monkeypatch):
+    """The one-call decode attention against the gather + bmm path, ragged cached lengths (a
+    block of 8 rows, part of one, both), GQA, on a float32 pool and a bf16 one
+    (--kv-cache-dtype bfloat16 beside a float32 model)."""
     from runtime.cache.memory_pool import ReqToTokenPool, TokenToKVPool
     from runtime.model.attention.base import ForwardBatch
     from runtime.model.attention.torch_backend import TorchAttentionBackend
 
     torch.manual_seed(0)
-    heads, kv_heads, dim, lens = 6, 2, 16, [1, 7, 30]
+    heads, kv_heads, lens = 6, 2, [1, 8, 30]
     reqs = ReqToTokenPool(4, 64)
     kv = TokenToKVPool(200, 1, kv_heads, dim, kv_dtype)
     rows = [reqs.alloc() for _ in lens]
