@@ -162,6 +162,20 @@ def _write_weights(reader, config: dict, arch: str, path: str) -> None:
     save_file(tensors, path, metadata={"format": "pt"})
 
 
+def hf_name(gguf_name: str) -> str | None:
+    """The Hugging Face name of a GGUF tensor; None for one the executor derives itself."""
+    if gguf_name.startswith("blk."):
+        _, layer, rest = gguf_name.split(".", 2)
+        if rest not in _LAYER_TENSORS:
+            raise GGUFConversionError(f"unknown GGUF tensor {gguf_name!r}")
+        return f"model.layers.{layer}.{_LAYER_TENSORS[rest]}"
+    if gguf_name in _TOP_TENSORS:
+        return _TOP_TENSORS[gguf_name]
+    if gguf_name == "rope_freqs.weight":
+        return None  # derived from config (llama3 rope) by the executor
+    raise GGUFConversionError(f"unknown GGUF tensor {gguf_name!r}")
+
+
 def iter_gguf_weights(reader, config: dict, arch: str, keep_types: tuple[str, ...] = ()):
     """Yield (Hugging Face name, weight) for every tensor of a GGUF file: a float32 numpy array,
     or GGUFBlocks for a matrix whose type is in `keep_types`."""
@@ -169,18 +183,10 @@ def iter_gguf_weights(reader, config: dict, arch: str, keep_types: tuple[str, ..
     from gguf.quants import dequantize
 
     for t in reader.tensors:
-        rest = None
-        if t.name.startswith("blk."):
-            _, layer, rest = t.name.split(".", 2)
-            if rest not in _LAYER_TENSORS:
-                raise GGUFConversionError(f"unknown GGUF tensor {t.name!r}")
-            name = f"model.layers.{layer}.{_LAYER_TENSORS[rest]}"
-        elif t.name in _TOP_TENSORS:
-            name = _TOP_TENSORS[t.name]
-        elif t.name == "rope_freqs.weight":
-            continue  # derived from config (llama3 rope) by the executor
-        else:
-            raise GGUFConversionError(f"unknown GGUF tensor {t.name!r}")
+        name = hf_name(t.name)
+        if name is None:
+            continue
+        rest = t.name.split(".", 2)[2] if t.name.startswith("blk.") else None
         shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dims fastest-first
         heads = None
         if arch == "llama" and rest == "attn_q.weight":

@@ -222,20 +222,48 @@ def read_gguf_weights(gguf_path: str, kind: str, keep_precision: bool = False):
     int8), else a float32 tensor. A layer given codes of the other kind rounds their values
     to its own (runtime/model/layers.py). With `keep_precision` (--quantization auto) an int4
     model keeps the precision of matrices of more bits: Q8_0 codes and the FINER_TYPES
-    matrices (as int8) come marked `finer`, and their layers run int8."""
-    from runtime.model.gguf_convert import GGUFBlocks, iter_gguf_weights, open_gguf
+    matrices (as int8) come marked `finer`, and so do the float parts (types of 4 bits or
+    fewer that are not kept, as int8 groups of their values) of the layers holding one, so
+    that each value of such a layer is rounded once, to int8."""
+    from runtime.model.gguf_convert import GGUFBlocks, hf_name, iter_gguf_weights, open_gguf
 
     reader, config, arch = open_gguf(gguf_path)
     finer = keep_precision and kind == "int4"
     keep = tuple(t for t, k in EXACT_TYPES.items() if kind == "int4" or k == kind)
     keep += FINER_TYPES if finer else ()
+    finer_layers = set()
+    if finer:  # the layers (q|k|v and gate|up merged) that run int8
+        for t in reader.tensors:
+            name = hf_name(t.name)
+            if name and len(t.shape) == 2 and t.tensor_type.name in ("Q8_0", *FINER_TYPES):
+                finer_layers.add(merged_layer(name))
     for name, weight in iter_gguf_weights(reader, config, arch, keep):
         if isinstance(weight, GGUFBlocks):
             w = _from_blocks(weight)
             w.finer = finer and w.kind == "int8"
             yield name, w
-        else:
-            yield name, torch.from_numpy(weight if weight.flags.writeable else weight.copy())
+            continue
+        tensor = torch.from_numpy(weight if weight.flags.writeable else weight.copy())
+        if tensor.dim() == 2 and merged_layer(name) in finer_layers:
+            tensor = quantize(tensor, "int8")
+            tensor.finer = True
+        yield name, tensor
+
+
+def merged_layer(name: str) -> str:
+    """The layer a Hugging Face weight loads into: q, k and v, and gate and up, share one."""
+    for part, layer in _MERGED.items():
+        name = name.replace(f".{part}.", f".{layer}.")
+    return name
+
+
+_MERGED = {
+    "q_proj": "qkv_proj",
+    "k_proj": "qkv_proj",
+    "v_proj": "qkv_proj",
+    "gate_proj": "gate_up_proj",
+    "up_proj": "gate_up_proj",
+}
 
 
 def _from_blocks(blocks) -> QuantizedTensor:

@@ -140,7 +140,7 @@ class ModelRunner:
         )
         backend = args.attention_backend or ("triton" if self.device == "cuda" else "torch")
         self.attention_backend = create_attention_backend(
-            backend, self.req_to_token_pool, self.kv_pool
+            backend, self.req_to_token_pool, self.kv_pool, self.dtype
         )
         self.decode_graphs = None
         if self._use_cuda_graphs(backend):
@@ -179,6 +179,8 @@ class ModelRunner:
             if lib is not None:
                 qgemv.use_avx512(lib, qgemv.avx512_wanted(), invariant=True)
         for module in model.modules():  # the bf16 tiles now, not in a first batch's step
+            if module is model.embed_tokens and model.lm_head is not None:
+                continue  # an untied embedding only looks rows up: no products, no tiles
             if getattr(module, "matmul", None) is not None:
                 module.matmul.bf16_tiles()
         for p in model.parameters():  # buffers (rotary tables) stay float32

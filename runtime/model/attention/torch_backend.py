@@ -11,9 +11,11 @@ from runtime.model import qgemv
 from runtime.model.attention.base import AttentionBackend, ForwardBatch
 from runtime.transfer import to_device
 
-# Extends of up to this many new tokens attend as that many one-query rows (the decode
-# kernel's), not one scaled_dot_product_attention call each: 16 prompts of 4 tokens, SmolLM2,
-# 30 layers, 2 threads: 30 -> ~1 ms of attention, and the whole step runs in one native call.
+# Where the native decode kernel runs (float32 queries on the CPU), extends of up to this many
+# new tokens attend as that many one-query rows, not one scaled_dot_product_attention call
+# each: 16 prompts of 4 tokens, SmolLM2, 30 layers, 2 threads: 30 -> ~1 ms of attention, and
+# the whole step runs in one native call. Elsewhere the rows would go through the gather +
+# bmm fallback, which copies the prefix once per row: there extends stay on SDPA.
 SHORT_EXTEND = 16
 
 
@@ -29,6 +31,19 @@ class _TorchMetadata:
 class TorchAttentionBackend(AttentionBackend):
     """Reference backend on torch's scaled_dot_product_attention; the CPU default."""
 
+    def __init__(self, req_to_token_pool, kv_pool, query_dtype: torch.dtype | None = None):
+        """query_dtype: the model's activations (None: unknown, so no short extends as rows)."""
+        super().__init__(req_to_token_pool, kv_pool)
+        pool = kv_pool.k_heads[0]
+        native = (
+            query_dtype == torch.float32
+            and pool.device.type == "cpu"
+            and pool.dtype in qgemv.NATIVE_KV_DTYPES
+            and pool.shape[-1] % 8 == 0
+            and qgemv.load() is not None
+        )
+        self.query_rows = SHORT_EXTEND if native else 1  # extends this short: one row a token
+
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         table = self.req_to_token_pool.req_to_token
         device = table.device
@@ -37,7 +52,7 @@ class TorchAttentionBackend(AttentionBackend):
         query_rows, query_reqs, query_lens, extends = [], [], [], []
         start = 0
         for row, ext, seq in zip(batch.req_pool_indices, batch.extend_lens, batch.seq_lens):
-            if ext <= SHORT_EXTEND:
+            if ext <= self.query_rows:
                 query_rows.extend(range(start, start + ext))
                 query_reqs.extend([row] * ext)
                 query_lens.extend(range(seq - ext + 1, seq + 1))

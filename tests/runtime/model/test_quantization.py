@@ -372,8 +372,11 @@ def _q6_k_blocks(rows: int, cols: int, seed: int = 0):
 
 def test_finer_gguf_matrices_keep_their_bits_in_an_int4_model(monkeypatch):
     """--quantization auto on a 4-bit file with 6-bit matrices (as Q4_K_M files have): those
-    come as int8 marked finer, and a layer holding one runs int8; asked for int4, they are
-    rounded to 4 bits as before."""
+    come as int8 marked finer, and a layer holding one runs int8, its other parts (here a
+    3-bit matrix, read as floats) rounded once, to int8, whatever their order; asked for int4,
+    everything is rounded to 4 bits as before."""
+    from types import SimpleNamespace
+
     from runtime.model import gguf_convert
     from runtime.model.gguf_convert import GGUFBlocks
     from runtime.model.layers import ColumnParallelLinear
@@ -382,20 +385,28 @@ def test_finer_gguf_matrices_keep_their_bits_in_an_int4_model(monkeypatch):
     rows, cols = 32, 512
     q_raw, q_values = _q6_k_blocks(rows, cols, seed=1)
     v_raw, v_values = _q6_k_blocks(rows, cols, seed=2)
-    k = quantize(torch.randn(rows, cols), "int4")  # a Q4 block's codes
-    tensors = {
-        "model.layers.0.self_attn.q_proj.weight": GGUFBlocks("Q6_K", q_raw, rows, cols, None),
-        "model.layers.0.self_attn.v_proj.weight": GGUFBlocks("Q6_K", v_raw, rows, cols, None),
+    k_values = torch.randn(rows, cols)  # a Q3_K matrix's values: not kept, read as floats
+    files = {  # GGUF name: (type, raw blocks, values)
+        "blk.0.attn_q.weight": ("Q6_K", q_raw, q_values),
+        "blk.0.attn_k.weight": ("Q3_K", None, k_values),
+        "blk.0.attn_v.weight": ("Q6_K", v_raw, v_values),
     }
+    reader = SimpleNamespace(
+        tensors=[
+            SimpleNamespace(name=n, tensor_type=SimpleNamespace(name=t), shape=(cols, rows))
+            for n, (t, _, _) in files.items()
+        ]
+    )
 
     def fake_iter(reader, config, arch, keep):
-        for name, blocks in tensors.items():
-            if blocks.type_name in keep:
-                yield name, blocks
+        for gguf_name, (kind, raw, values) in files.items():
+            name = gguf_convert.hf_name(gguf_name)
+            if kind in keep:
+                yield name, GGUFBlocks(kind, raw, rows, cols, None)
             else:  # as iter_gguf_weights: the values, as float32
-                yield name, (q_values if "q_proj" in name else v_values).numpy().copy()
+                yield name, values.numpy().copy()
 
-    monkeypatch.setattr(gguf_convert, "open_gguf", lambda path: (None, {}, "llama"))
+    monkeypatch.setattr(gguf_convert, "open_gguf", lambda path: (reader, {}, "llama"))
     monkeypatch.setattr(gguf_convert, "iter_gguf_weights", fake_iter)
     kept = dict(read_gguf_weights("model.gguf", "int4", keep_precision=True))
     plain = dict(read_gguf_weights("model.gguf", "int4"))
@@ -403,16 +414,69 @@ def test_finer_gguf_matrices_keep_their_bits_in_an_int4_model(monkeypatch):
     assert v_kept.kind == "int8" and v_kept.finer
     group_top = v_values.abs().view(rows, -1, 32).amax(dim=2).repeat_interleave(32, dim=1)
     assert ((v_kept.dequantize() - v_values).abs() <= group_top / 254 + 1e-7).all()
+    assert kept["model.layers.0.self_attn.k_proj.weight"].finer  # the same layer's floats
     assert isinstance(plain["model.layers.0.self_attn.v_proj.weight"], torch.Tensor)
 
-    for weights, kind in ((kept, "int8"), (plain, "int4")):
+    names = [f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"]
+    dense = torch.cat([q_values, k_values, v_values])
+    for weights, kind, order in (
+        (kept, "int8", [0, 1, 2]),
+        (kept, "int8", [1, 0, 2]),
+        (plain, "int4", [0, 1, 2]),
+    ):
         layer = ColumnParallelLinear(cols, [rows] * 3, bias=False, quantization="int4")
-        layer.load(0, weights["model.layers.0.self_attn.q_proj.weight"])
-        layer.load(1, k)
-        layer.load(2, weights["model.layers.0.self_attn.v_proj.weight"])
+        for block in order:
+            layer.load(block, weights[names[block]])
         assert layer.matmul.w.kind == kind
-        dense = torch.cat([q_values, k.dequantize(), v_values])
-        error = (layer.matmul.w.dequantize() - dense).abs().max() / dense.abs().max()
-        # int8: within 1/254 of a group's largest; int4 rounds the 6-bit values to 16 levels
-        assert error < (0.005 if kind == "int8" else 0.1), (kind, float(error))
+        top = dense.abs().view(3 * rows, -1, 32).amax(dim=2).repeat_interleave(32, dim=1)
+        error = ((layer.matmul.w.dequantize() - dense).abs() / top).max()
+        # int8: one rounding, within 1/254 of a group's largest; int4: 16 levels from the
+        # group's least to its largest, within 1/30 of that span (1/15 of the largest)
+        assert error < (1 / 254 + 1e-6 if kind == "int8" else 1 / 15 + 1e-6), (kind, error)
     assert error > 0.01  # the 4-bit rounding is what keeping the file's bits avoids
+
+
+def test_short_extends_are_query_rows_only_where_the_native_kernel_reads_them():
+    """One query row a token for short extends with float32 queries on the CPU (the native
+    decode kernel); with other queries they would go through the gather + bmm fallback, which
+    copies the prefix once per row, so they stay on scaled_dot_product_attention."""
+    from runtime.cache.memory_pool import ReqToTokenPool, TokenToKVPool
+    from runtime.model.attention.base import ForwardBatch
+    from runtime.model.attention.torch_backend import SHORT_EXTEND, TorchAttentionBackend
+
+    reqs, kv = ReqToTokenPool(2, 64), TokenToKVPool(64, 1, 2, 16, torch.float32)
+    for dtype, rows in ((torch.float32, SHORT_EXTEND), (torch.bfloat16, 1), (None, 1)):
+        if dtype is torch.float32 and qgemv.load() is None:
+            rows = 1
+        backend = TorchAttentionBackend(reqs, kv, dtype)
+        assert backend.query_rows == rows
+        row = reqs.alloc()
+        reqs.req_to_token[row, :10] = kv.alloc(10).int()
+        batch = ForwardBatch(
+            input_ids=torch.zeros(4, dtype=torch.long),
+            positions=torch.arange(6, 10),
+            out_cache_loc=reqs.req_to_token[row, 6:10].long(),
+            req_pool_indices=[row],
+            extend_lens=[4],
+            seq_lens=[10],
+            logit_rows=torch.arange(4),
+        )
+        backend.init_forward_metadata(batch)
+        meta = batch.metadata
+        assert (meta.decode_lens is not None) == (rows > 1)
+        if rows > 1:  # each token attends to the tokens before it and itself
+            assert meta.decode_lens.tolist() == [7, 8, 9, 10] and not meta.extends
+        reqs.free(row)
+        kv.clear()
+
+
+@pytest.mark.skipif(not quantization.tile_kind(), reason="no bf16 tiles on this CPU")
+def test_tiles_are_made_at_load_where_products_run(tmp_path, smollm2_folder):
+    from tests.runtime.conftest import TINY_VARIANTS, make_tiny_model
+
+    model_type, overrides = TINY_VARIANTS["llama-untied-llama3rope"]
+    folder = make_tiny_model(str(tmp_path), smollm2_folder, model_type, **overrides)
+    model = DirectRunner(folder, quantization="int8").runner.model
+    assert model.lm_head.matmul.tiles is not None  # made before any step
+    assert model.layers[0].mlp.gate_up_proj.matmul.tiles is not None
+    assert model.embed_tokens.matmul.tiles is None  # an untied embedding only looks rows up
