@@ -25,8 +25,9 @@ logger = logging.getLogger(__name__)
 
 _SOURCES = [
     os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
-    for name in ("qgemv.c", "qgemv_avx512.c", "qgemv_bf16.c")
+    for name in ("qgemv.c", "qgemv_rows.c", "qgemv_avx512.c", "qgemv_bf16.c")
 ]
+_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qgemv.h")
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
@@ -67,7 +68,7 @@ def load() -> ctypes.CDLL | None:
         logger.info("no C compiler: quantized weights run on torch's kernels")
         return None
     digest = hashlib.sha1(" ".join(_FLAGS).encode())
-    for source in _SOURCES:
+    for source in (*_SOURCES, _HEADER):
         with open(source, "rb") as f:
             digest.update(f.read())
     digest = digest.hexdigest()[:12]
