@@ -96,6 +96,16 @@ class Req:
     def all_ids(self) -> list[int]:
         return self.origin_input_ids + self.output_ids
 
+    def ids_between(self, start: int, end: int) -> list[int]:
+        """all_ids[start:end] without building all_ids (a decode step wants one token of a
+        sequence of thousands)."""
+        prompt = len(self.origin_input_ids)
+        if start >= prompt:
+            return self.output_ids[start - prompt : end - prompt]
+        if end <= prompt:
+            return self.origin_input_ids[start:end]
+        return self.origin_input_ids[start:] + self.output_ids[: end - prompt]
+
     @property
     def seq_len(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)

@@ -397,7 +397,7 @@ class Scheduler(ConstrainedSteps):
         for p in plan:
             req, end = p.req, p.start + p.length
             p.offset, p.made = offset, req.out_planned
-            known = req.all_ids[p.start : end]
+            known = req.ids_between(p.start, end)
             ids.extend(known)
             if len(known) < p.length:  # a launched step samples it: filled in when it lands
                 p.pending = req.pending_src
