@@ -225,6 +225,18 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
     return out
 
 
+def decode_attention_runs(query_dtype: torch.dtype | None, pool: torch.Tensor) -> bool:
+    """Whether decode_attention runs queries of `query_dtype` over a K or V pool like `pool`
+    (float32 queries on the CPU, a float32 or bf16 pool, a head_dim that is a multiple of 8)."""
+    return (
+        query_dtype == torch.float32
+        and pool.device.type == "cpu"
+        and pool.dtype in NATIVE_KV_DTYPES
+        and pool.shape[-1] % 8 == 0
+        and load() is not None
+    )
+
+
 def decode_attention(
     q: torch.Tensor,
     k_heads: torch.Tensor,
@@ -235,15 +247,11 @@ def decode_attention(
     """One query per request over its cached K/V read in place from the head-major pool
     ([kv_heads, pool slots, dim], float32 or bf16); q [batch, heads, dim] float32. None when
     the kernel does not apply (another dtype or device, a head_dim not a multiple of 8)."""
-    lib = load()
     batch, heads, dim = q.shape
     if (
-        lib is None
-        or q.dtype != torch.float32
-        or k_heads.dtype not in NATIVE_KV_DTYPES
-        or v_heads.dtype != k_heads.dtype
+        not decode_attention_runs(q.dtype, k_heads)
         or q.device.type != "cpu"
-        or dim % 8
+        or v_heads.dtype != k_heads.dtype
         or q.stride(2) != 1
         or q.stride(1) != dim
         or not (k_heads.is_contiguous() and v_heads.is_contiguous())
@@ -252,7 +260,7 @@ def decode_attention(
     slots = slots.to(torch.int64).contiguous()
     lens = lens.to(torch.int64).contiguous()
     out = torch.empty(batch, heads, dim)
-    lib.decode_attention(
+    load().decode_attention(
         _ptr(q), q.stride(0), _ptr(k_heads), _ptr(v_heads), k_heads.shape[1],
         _ptr(slots), slots.shape[1], _ptr(lens), batch, heads, k_heads.shape[0], dim,
         dim**-0.5, _ptr(out), torch.get_num_threads(), kv_bf16(k_heads),

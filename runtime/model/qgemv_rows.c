@@ -156,7 +156,7 @@ void decode_attention(const float *q, int64_t q_stride, const void *k, const voi
     const void *kh = kv_row(k, h * pool_slots * dim, bf16);
     const void *vh = kv_row(v, h * pool_slots * dim, bf16);
     const float *qh = q + b * q_stride + h * group * dim;
-    float *scores = (float *)malloc(sizeof(float) * (group * len + KEYS * dim + KEYS));
+    float *scores = (float *)malloc(sizeof(float) * (group * len + KEYS * dim));
     float *rows = scores + group * len;  // KEYS bf16 rows as floats
     float *o = out + (b * heads + h * group) * dim;  // the group's heads, one after another
     const float *r[KEYS];

@@ -221,16 +221,14 @@ def read_gguf_weights(gguf_path: str, kind: str, keep_precision: bool = False):
     file's own codes for each matrix of EXACT_TYPES (all of them for int4; Q8_0 alone for
     int8), else a float32 tensor. A layer given codes of the other kind rounds their values
     to its own (runtime/model/layers.py). With `keep_precision` (--quantization auto) an int4
-    model keeps the precision of matrices of more bits: Q8_0 codes and the FINER_TYPES
-    matrices (as int8) come marked `finer`, and so do the float parts (types of 4 bits or
-    fewer that are not kept, as int8 groups of their values) of the layers holding one, so
-    that each value of such a layer is rounded once, to int8."""
+    model keeps the precision of matrices of more bits: Q8_0 codes come marked `finer`, and
+    so does every float part (as int8 groups of its values) of a layer holding a Q8_0 or
+    FINER_TYPES matrix, so that each value of such a layer is rounded once, to int8."""
     from runtime.model.gguf_convert import GGUFBlocks, hf_name, iter_gguf_weights, open_gguf
 
     reader, config, arch = open_gguf(gguf_path)
     finer = keep_precision and kind == "int4"
     keep = tuple(t for t, k in EXACT_TYPES.items() if kind == "int4" or k == kind)
-    keep += FINER_TYPES if finer else ()
     finer_layers = set()
     if finer:  # the layers (q|k|v and gate|up merged) that run int8
         for t in reader.tensors:
@@ -244,7 +242,7 @@ def read_gguf_weights(gguf_path: str, kind: str, keep_precision: bool = False):
             yield name, w
             continue
         tensor = torch.from_numpy(weight if weight.flags.writeable else weight.copy())
-        if tensor.dim() == 2 and merged_layer(name) in finer_layers:
+        if tensor.dim() == 2 and merged_layer(name) in finer_layers:  # its values, once
             tensor = quantize(tensor, "int8")
             tensor.finer = True
         yield name, tensor
@@ -269,10 +267,7 @@ _MERGED = {
 def _from_blocks(blocks) -> QuantizedTensor:
     from runtime.model.gguf_convert import unpermute_rotary
 
-    if blocks.type_name in EXACT_TYPES:
-        w = from_gguf_blocks(blocks.data, blocks.type_name, blocks.rows, blocks.cols)
-    else:  # a finer type: int8 groups of its values
-        w = quantize(_gguf_floats(blocks), "int8")
+    w = from_gguf_blocks(blocks.data, blocks.type_name, blocks.rows, blocks.cols)
     if blocks.heads is None:
         return w
 
@@ -283,18 +278,6 @@ def _from_blocks(blocks) -> QuantizedTensor:
         return torch.from_numpy(np.ascontiguousarray(unpermute_rotary(x.numpy(), blocks.heads)))
 
     return QuantizedTensor(w.kind, rows(w.q), rows(w.scale), rows(w.zero))
-
-
-def _gguf_floats(blocks) -> torch.Tensor:
-    """A GGUF matrix's values as float32 [rows, cols]."""
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize
-
-    if blocks.type_name in ("F32", "F16"):
-        values = np.asarray(blocks.data, dtype=np.float32)
-    else:
-        values = dequantize(blocks.data, GGMLQuantizationType[blocks.type_name])
-    return torch.from_numpy(np.ascontiguousarray(values.reshape(blocks.rows, blocks.cols)))
 
 
 def concat_rows(parts: list[QuantizedTensor]) -> QuantizedTensor:

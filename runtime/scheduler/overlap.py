@@ -174,7 +174,7 @@ class OverlapScheduler(Scheduler):
             values = torch.tensor(tokens, dtype=batch.input_ids.dtype)
             batch.input_ids[rows] = values.to(batch.input_ids.device)
         logits = self.runner.forward(launched.batch)
-        return self._results(launched.plan, logits, launched.bitmask)
+        return self._results(launched.plan, launched.sampling, logits, launched.bitmask)
 
     def _land(self, launched: _Launched) -> list[Req]:
         """Wait for a launched step and apply it; then free the rows it was holding."""

@@ -207,9 +207,10 @@ class Scheduler(ConstrainedSteps):
             return failed
         batch = self._build_batch(plan)
         # constrained rows' masks are filled while the forward pass runs
-        bitmask = self._start_masks([p for p in plan if p.sample_row is not None])
+        sampling = [p for p in plan if p.sample_row is not None]
+        bitmask = self._start_masks(sampling)
         try:
-            results = self._results(plan, self.runner.forward(batch), bitmask)
+            results = self._results(plan, sampling, self.runner.forward(batch), bitmask)
         except Exception as exc:  # fail this step's requests, keep serving the others
             return failed + self._fail(plan, batch.out_cache_loc, bitmask, exc)
         return failed + self._apply(plan, results, batch.out_cache_loc)
@@ -424,9 +425,12 @@ class Scheduler(ConstrainedSteps):
         table.index_put_((batch.token_rows(), batch.positions), slots.to(torch.int32))
         return batch
 
-    def _results(self, plan: list[_Planned], logits: torch.Tensor, bitmask) -> tuple:
-        """What a step's logits give: each chunk's prompt logprobs (or None) and the
-        sampled tokens. Reads no request state that landing a step changes."""
+    def _results(
+        self, plan: list[_Planned], sampling: list[_Planned], logits: torch.Tensor, bitmask
+    ) -> tuple:
+        """What a step's logits give: each chunk's prompt logprobs (or None) and the tokens
+        of its `sampling` chunks (those with a sample_row). Reads no request state that
+        landing a step changes."""
         prompt = []
         for p in plan:
             if not p.logprob_rows:
@@ -435,7 +439,7 @@ class Scheduler(ConstrainedSteps):
             rows, targets = to_device(logits.device, [p.logprob_rows, p.logprob_targets])
             prompt.append(prompt_logprobs(logits[rows], targets, p.req.top_logprobs_num))
         self.stats.forward_steps += 1
-        return prompt, self._sample([p for p in plan if p.sample_row is not None], logits, bitmask)
+        return prompt, self._sample(sampling, logits, bitmask)
 
     @staticmethod
     def _landed(p: _Planned) -> None:

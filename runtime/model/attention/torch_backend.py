@@ -34,14 +34,7 @@ class TorchAttentionBackend(AttentionBackend):
     def __init__(self, req_to_token_pool, kv_pool, query_dtype: torch.dtype | None = None):
         """query_dtype: the model's activations (None: unknown, so no short extends as rows)."""
         super().__init__(req_to_token_pool, kv_pool)
-        pool = kv_pool.k_heads[0]
-        native = (
-            query_dtype == torch.float32
-            and pool.device.type == "cpu"
-            and pool.dtype in qgemv.NATIVE_KV_DTYPES
-            and pool.shape[-1] % 8 == 0
-            and qgemv.load() is not None
-        )
+        native = qgemv.decode_attention_runs(query_dtype, kv_pool.k_heads[0])
         self.query_rows = SHORT_EXTEND if native else 1  # extends this short: one row a token
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
