@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 
 import numpy as np
 
+from grammars import fastcall
 from grammars.array_dfa import ArrayDFA, LazyDFA, compact, packed_masks
 from grammars.automaton import MAX_NFA_STATES, NOTHING, byte_set, cat, lit, rep
 from grammars.budget import checkpoint
@@ -20,6 +22,7 @@ from grammars.json_schema.counted import (
     counted_pattern,
     is_long,
 )
+from grammars.json_schema.key_trie import key_moves
 from grammars.literal_set import node_words
 from grammars.regex import ANY_CHAR, json_chars, key_chars, regex_to_node
 
@@ -306,8 +309,42 @@ class _KeyParts:
         self.shared = np.array(shared, np.int64).reshape(-1, 2).T
         self.byte = tuple(self.number(1 << b) for b in range(128))
         self.leaf = self.narrowing(0)
-        self.one_child = tuple(self.narrowing(1 << b) for b in range(128))
+        self.arrays = self._arrays()
         self.packed = packed_masks(self.masks)  # (numbering stops here)
+
+    def _arrays(self) -> tuple[tuple, tuple]:
+        """What key_trie.key_moves reads: key_node()'s moves, the mask number of each byte,
+        the moves of a node with one child by its byte (the byte's move first; the targets
+        after the child's; their counts), a leaf's moves, the narrowed moves (masks in two
+        64-bit words) and the shared ones."""
+        one = [self.narrowing(1 << b) for b in range(128)]
+        width = 1 + max(len(ids) for ids, _ in one)
+        one_ids = np.zeros((128, width), np.int64)
+        one_tgt = np.zeros((128, width), np.int64)
+        for b, (ids, tgt) in enumerate(one):
+            one_ids[b, : 1 + len(ids)] = [self.byte[b], *ids]
+            one_tgt[b, : len(tgt)] = tgt
+        one_len = np.array([1 + len(ids) for ids, _ in one], np.int64)
+        low = (1 << 64) - 1
+        nar = self.narrowed
+        return (
+            (
+                *(np.asarray(x, np.int64) for x in self.base),
+                np.array(self.byte, np.int64),
+                one_ids,
+                one_tgt,
+                one_len,
+            ),
+            (
+                np.array(self.leaf[0], np.int64),
+                np.array(self.leaf[1], np.int64),
+                np.array([m & low for m, _ in nar], np.uint64),
+                np.array([m >> 64 for m, _ in nar], np.uint64),
+                np.array([t for _, t in nar], np.int64),
+                np.ascontiguousarray(self.shared[0]),
+                np.ascontiguousarray(self.shared[1]),
+            ),
+        )
 
     def number(self, m: int) -> int:
         i = self.index.get(m)
@@ -337,66 +374,23 @@ def key_except(names: tuple[str, ...]):
     if not all(_PLAIN_TEXT.fullmatch(n) for n in names):
         return None
     parts = _key_parts()
-    children: list[dict[int, int]] = [{}]
-    ends = [False]
-    for name in names:
-        t = 0
-        for b in name.encode("ascii"):
-            nxt = children[t].get(b)
-            if nxt is None:
-                nxt = children[t][b] = len(children)
-                children.append({})
-                ends.append(False)
-            t = nxt
-        ends[t] = True
+    data = np.frombuffer("".join(names).encode("ascii"), np.uint8)
+    ends = np.fromiter(itertools.accumulate(map(len, names)), np.int64, len(names))
     n = len(parts.accept)
-    extra: dict[int, int] = {}  # masks only nodes with several children have, numbered on
+    src, ids, tgt, lo, hi = fastcall.call(
+        key_moves, data, ends, parts.arrays, n, parts.quote, parts.close
+    )
     known = len(parts.masks)
-    ids: list[int] = []  # each trie node's moves: mask numbers and targets
-    tgt: list[int] = []
-    count: list[int] = []  # moves per trie node
-    byte_id, one_child, quote, close = parts.byte, parts.one_child, parts.quote, parts.close
-    leaf_ids, leaf_tgt = parts.leaf
-    for t, kids in enumerate(children):
-        if len(kids) == 1:
-            [(b, c)] = kids.items()
-            ids.append(byte_id[b])
-            tgt.append(n + c)
-            more_ids, more_tgt = one_child[b]
-            ids.extend(more_ids)
-            tgt.extend(more_tgt)
-            k = 1 + len(more_ids)
-        elif kids:
-            taken = 0
-            for b, c in kids.items():
-                taken |= 1 << b
-                ids.append(byte_id[b])
-                tgt.append(n + c)
-            k = len(kids)
-            for m, target in parts.narrowed:
-                m &= ~taken
-                if m:
-                    i = parts.index.get(m)
-                    if i is None:
-                        i = extra.setdefault(m, known + len(extra))
-                    ids.append(i)
-                    tgt.append(target)
-                    k += 1
-        else:
-            ids.extend(leaf_ids)
-            tgt.extend(leaf_tgt)
-            k = len(leaf_ids)
-        if not ends[t]:
-            ids.append(quote)
-            tgt.append(close)
-            k += 1
-        count.append(k)
-    nodes = len(children)
-    start = n + nodes
-    shared_ids, shared_tgt = parts.shared
-    states = np.arange(n, start)
-    src = (parts.base[0], np.repeat(states, count), np.repeat(states, len(shared_ids)), [start])
-    ids = np.concatenate((parts.base[1], ids, np.tile(shared_ids, nodes), [quote]))
+    extra: dict[int, int] = {}  # masks only nodes with several children have, numbered on
+    if len(lo):
+        numbers = []
+        for low, high in zip(lo.tolist(), hi.tolist()):
+            m = low | high << 64
+            i = parts.index.get(m)
+            numbers.append(extra.setdefault(m, known + len(extra)) if i is None else i)
+        pending = ids < 0
+        ids[pending] = np.array(numbers, np.int64)[-1 - ids[pending]]
+    start = int(src[-1])  # the start state reads the opening quote, the last move
     used = np.zeros(known + len(extra), np.bool_)  # only the masks this DFA uses, renumbered
     used[ids] = True
     masks, packed = parts.masks, parts.packed
@@ -407,9 +401,9 @@ def key_except(names: tuple[str, ...]):
     accept[:n] = parts.accept
     kept = np.flatnonzero(used)
     return ArrayDFA(
-        np.concatenate(src),
+        src,
         (np.cumsum(used) - 1)[ids],
-        np.concatenate((parts.base[2], tgt, np.tile(shared_tgt, nodes), [n])),
+        tgt,
         [masks[i] for i in kept.tolist()],
         accept,
         start,

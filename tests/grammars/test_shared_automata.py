@@ -4,6 +4,8 @@ DFA, keys that exclude the named properties."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grammars.array_dfa import ArrayDFA, LazyDFA, mask_bytes, packed_masks
 from grammars.automaton import NFA, NOTHING, EagerDFA, alt, cat, lit, rep
@@ -172,6 +174,24 @@ def test_keys_except_names_refuse_exactly_the_names(names):
         if other not in names:
             assert keys.accepts(f'"{other}"'.encode()), other
     assert not keys.accepts(b'"a')
+
+
+# printable ASCII but the quote and the backslash (what key_except takes); few letters make
+# names that share prefixes, so trie nodes with several children and their narrowed moves
+_NAME_CHARS = st.sampled_from("ab~ ") | st.characters(
+    min_codepoint=0x20, max_codepoint=0x7E, blacklist_characters='"\\'
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(_NAME_CHARS, max_size=5), max_size=8, unique=True))
+def test_keys_except_any_names_refuse_exactly_the_names(names):
+    keys = key_except(tuple(names))
+    every_key = key_node()[1]
+    assert same_language(keys, every_key.product(EagerDFA.from_node(names_node(names)), "diff"))
+    masks = keys.moves()[3]
+    assert len(set(masks)) == len(masks)
+    assert np.array_equal(mask_bytes(keys), packed_masks(masks))
 
 
 def test_extra_properties_never_take_a_named_key(checker):

@@ -1,0 +1,127 @@
+"""The moves of strings.key_except's DFA in one compiled call: the trie of the excluded names
+and every trie node's moves, laid out after key_node()'s own moves (strings._KeyParts holds
+what every such DFA shares). A Python loop over the trie's nodes had cost ~80 µs a call for
+the ~50 nodes of a median schema's property names, the largest part of building its rules.
+
+Moves that only a node with several children has (its narrowed moves less the children's
+bytes) need masks the shared numbering may not hold: the kernel leaves them as pending masks
+(128 bits in two words: names are printable ASCII), numbered by the caller."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grammars.lazydfa import njit
+
+
+@njit(cache=True, nogil=True)
+def _trie(data, ends):
+    """The trie of the names (data: their bytes one after another, ends: where each ends):
+    (nodes, each node's first child, next sibling, byte, child count and end flag), children
+    in the order their bytes first occur, as a dict keeps them."""
+    size = data.shape[0] + 1
+    first = np.full(size, -1, np.int64)
+    last = np.full(size, -1, np.int64)
+    sibling = np.full(size, -1, np.int64)
+    byte = np.zeros(size, np.int64)
+    kids = np.zeros(size, np.int64)
+    end = np.zeros(size, np.bool_)
+    nodes, pos = 1, 0
+    for stop in ends:
+        t = 0
+        while pos < stop:
+            b = data[pos]
+            pos += 1
+            c = first[t]
+            while c >= 0 and byte[c] != b:
+                c = sibling[c]
+            if c < 0:
+                c = nodes
+                nodes += 1
+                byte[c] = b
+                if first[t] < 0:
+                    first[t] = c
+                else:
+                    sibling[last[t]] = c
+                last[t] = c
+                kids[t] += 1
+            t = c
+        end[t] = True
+    return nodes, first, sibling, byte, kids, end
+
+
+@njit(cache=True, nogil=True)
+def key_moves(data, ends, parts, n, quote, close):
+    """(src, mask ids, targets, pending low words, pending high words) of the DFA: key_node()'s
+    moves, then each trie node's (state n + node) in node order, then the moves every node
+    shares, then the start's quote into the root (state n + nodes, the last). A mask id -1 - p
+    stands for pending mask p. `parts`: strings._KeyParts.arrays (two tuples)."""
+    (base_src, base_ids, base_tgt, byte_id, one_ids, one_tgt, one_len) = parts[0]
+    (leaf_ids, leaf_tgt, nar_lo, nar_hi, nar_tgt, shared_ids, shared_tgt) = parts[1]
+    nodes, first, sibling, byte, kids, end = _trie(data, ends)
+    total = base_ids.shape[0] + nodes * shared_ids.shape[0] + 1
+    for t in range(nodes):
+        if kids[t] == 1:
+            total += one_len[byte[first[t]]]
+        elif kids[t] > 1:
+            total += kids[t] + nar_lo.shape[0]  # at most: a narrowed move may vanish
+        else:
+            total += leaf_ids.shape[0]
+        if not end[t]:
+            total += 1
+    src = np.empty(total, np.int64)
+    ids = np.empty(total, np.int64)
+    tgt = np.empty(total, np.int64)
+    pend_lo = np.empty(nodes * nar_lo.shape[0], np.uint64)
+    pend_hi = np.empty(nodes * nar_lo.shape[0], np.uint64)
+    k = base_ids.shape[0]
+    src[:k] = base_src
+    ids[:k] = base_ids
+    tgt[:k] = base_tgt
+    pending = 0
+    for t in range(nodes):
+        s = n + t
+        if kids[t] == 1:
+            c = first[t]
+            b = byte[c]
+            m = one_len[b]
+            for j in range(m):
+                src[k + j] = s
+                ids[k + j] = one_ids[b, j]
+            tgt[k] = n + c
+            for j in range(1, m):
+                tgt[k + j] = one_tgt[b, j - 1]
+            k += m
+        elif kids[t] > 1:
+            taken_lo, taken_hi = np.uint64(0), np.uint64(0)
+            c = first[t]
+            while c >= 0:
+                b = byte[c]
+                if b < 64:
+                    taken_lo |= np.uint64(1) << np.uint64(b)
+                else:
+                    taken_hi |= np.uint64(1) << np.uint64(b - 64)
+                src[k], ids[k], tgt[k] = s, byte_id[b], n + c
+                k += 1
+                c = sibling[c]
+            for j in range(nar_lo.shape[0]):
+                lo, hi = nar_lo[j] & ~taken_lo, nar_hi[j] & ~taken_hi
+                if lo != 0 or hi != 0:
+                    pend_lo[pending], pend_hi[pending] = lo, hi
+                    src[k], ids[k], tgt[k] = s, -1 - pending, nar_tgt[j]
+                    pending += 1
+                    k += 1
+        else:
+            for j in range(leaf_ids.shape[0]):
+                src[k], ids[k], tgt[k] = s, leaf_ids[j], leaf_tgt[j]
+                k += 1
+        if not end[t]:
+            src[k], ids[k], tgt[k] = s, quote, close
+            k += 1
+    for t in range(nodes):
+        for j in range(shared_ids.shape[0]):
+            src[k], ids[k], tgt[k] = n + t, shared_ids[j], shared_tgt[j]
+            k += 1
+    src[k], ids[k], tgt[k] = n + nodes, quote, n
+    k += 1
+    return src[:k], ids[:k], tgt[:k], pend_lo[:pending], pend_hi[:pending]
