@@ -48,6 +48,7 @@ _scratch = threading.local()  # buffers per thread for the tokens and candidates
 _MIN_WALK_ROOM, _WALK_ROOM = 24, 128
 _FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order
 _ROW_BLOCK = 32  # rows of masks or of frame walks per allocation (few to free with a grammar)
+_FIRST_ROWS = 4  # rows of a grammar's first block of each
 _NO_CANDIDATES = np.zeros(0, np.int64)
 _NO_PREFIX = (np.zeros(0, np.bool_), np.zeros(0, np.int64))  # walk's chain_prefix, when none
 
@@ -379,18 +380,21 @@ def _byte_vocabulary() -> Vocabulary:
 
 
 class _RowBlocks:
-    """Zeroed rows of `width` uint32 words carved from blocks of _ROW_BLOCK rows: the many
-    masks or walks a grammar keeps are then few allocations, quick to free with it."""
+    """Zeroed rows of `width` uint32 words carved from blocks of _ROW_BLOCK rows (the first
+    block _FIRST_ROWS: most grammars keep few masks, and a block of the vocabulary's width is
+    its own memory map, ~10 µs to make and to free): the many masks or walks a grammar keeps
+    are then few allocations, quick to free with it."""
 
     __slots__ = ("width", "rest")
 
     def __init__(self, width: int):
         self.width = width
-        self.rest = np.zeros((0, width), np.uint32)  # the rows not handed out yet
+        self.rest = None  # the rows not handed out yet (None before the first block)
 
     def new(self) -> np.ndarray:
-        if not len(self.rest):
-            self.rest = np.zeros((_ROW_BLOCK, self.width), np.uint32)
+        if self.rest is None or not len(self.rest):
+            rows = _FIRST_ROWS if self.rest is None else _ROW_BLOCK
+            self.rest = np.zeros((rows, self.width), np.uint32)
         row = self.rest[0]
         self.rest = self.rest[1:]
         return row

@@ -8,7 +8,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from grammars import nfa_layout
+from grammars import fastcall, nfa_layout
 from grammars.array_dfa import mask_bytes, packed_masks
 from grammars.budget import checkpoint
 from grammars.lazydfa import (
@@ -74,7 +74,8 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
         np.int64,
     )
     return NFAGraph(
-        *nfa_layout.laid_out(
+        *fastcall.call(
+            nfa_layout.laid_out,
             nfa.size,
             eps,
             edges,
@@ -129,7 +130,7 @@ def started_dfa(nfa: NFAArrays, starts: list[int]) -> tuple[DFAArrays, list[int]
     those states, in one compiled call unless the arrays must grow."""
     out = np.zeros(len(starts), np.int64)
     seeds = np.array(starts, np.int64)
-    code, dfa = _started(nfa, seeds, out, 32)
+    code, dfa = fastcall.call(_started, nfa, seeds, out, 32)
     while code == NEED_SPACE:
         dfa = grown(dfa)
         code = intern_starts(nfa, dfa, seeds, out)

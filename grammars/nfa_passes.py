@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from grammars import fastcall
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 from grammars.lazydfa import NFAArrays, njit
@@ -334,7 +335,8 @@ def frozen(graph: NFAGraph, names, root: int, starts, finals) -> NFAArrays:
     when the root rule matches nothing, or when a rule can reach itself without reading a byte
     (left recursion)."""
     checkpoint()
-    outcome, arrays = _frozen(
+    outcome, arrays = fastcall.call(
+        _frozen,
         tuple(graph), root, np.asarray(starts, np.int64), np.asarray(finals, np.int64)
     )
     checkpoint()
