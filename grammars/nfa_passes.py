@@ -336,8 +336,7 @@ def frozen(graph: NFAGraph, names, root: int, starts, finals) -> NFAArrays:
     (left recursion)."""
     checkpoint()
     outcome, arrays = fastcall.call(
-        _frozen,
-        tuple(graph), root, np.asarray(starts, np.int64), np.asarray(finals, np.int64)
+        _frozen, tuple(graph), root, np.asarray(starts, np.int64), np.asarray(finals, np.int64)
     )
     checkpoint()
     if outcome == -1:
