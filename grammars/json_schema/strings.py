@@ -285,64 +285,54 @@ def _key_dfa():
 
 
 class _KeyParts:
-    """What every key_except DFA shares: key_node()'s moves, the moves inside a key split into
-    those on printable ASCII (which a trie node narrows: less its children's bytes and the
-    quote) and the others (which every trie node keeps), and the moves of a trie node with no
-    child or one, by its byte; masks numbered in one list, `masks`."""
+    """What every key_except DFA shares, as key_trie.key_moves reads it (`arrays`): key_node()'s
+    moves, the moves inside a key split into those on printable ASCII (which a trie node
+    narrows: less its children's bytes and the quote) and the others (which every trie node
+    keeps), and the moves of a trie node with no child or one, by its byte; masks numbered in
+    one list, `masks` (`index`: their numbers), packed as the NFA reads them (`packed`)."""
 
     def __init__(self):
         base, inside = _key_dfa()
         src, ids, tgt, masks, _ = compact(base).moves()
         self.masks = list(masks)
         self.index = {m: i for i, m in enumerate(self.masks)}
-        self.base = (src, ids, tgt)
         self.accept = base.accept
         quote = 1 << 0x22
         printable = byte_set((0x20, 0x7E))
         moves = base.trans[inside]
         self.close = next(t for m, t in moves if m & quote)
         self.quote = self.number(quote)
-        self.narrowed = tuple(
-            (m & printable & ~quote, t) for m, t in moves if m & printable & ~quote
-        )
+        narrowed = [(m & printable & ~quote, t) for m, t in moves if m & printable & ~quote]
         shared = [(self.number(m & ~printable), t) for m, t in moves if m & ~printable]
-        self.shared = np.array(shared, np.int64).reshape(-1, 2).T
-        self.byte = tuple(self.number(1 << b) for b in range(128))
-        self.leaf = self.narrowing(0)
-        self.arrays = self._arrays()
+        byte = [self.number(1 << b) for b in range(128)]
+        leaf = self._narrowing(narrowed, 0)
+        one = [self._narrowing(narrowed, 1 << b) for b in range(128)]  # one child, by its byte
         self.packed = packed_masks(self.masks)  # (numbering stops here)
-
-    def _arrays(self) -> tuple[tuple, tuple]:
-        """What key_trie.key_moves reads: key_node()'s moves, the mask number of each byte,
-        the moves of a node with one child by its byte (the byte's move first; the targets
-        after the child's; their counts), a leaf's moves, the narrowed moves (masks in two
-        64-bit words) and the shared ones."""
-        one = [self.narrowing(1 << b) for b in range(128)]
-        width = 1 + max(len(ids) for ids, _ in one)
+        # a one-child node's moves: the byte's first, then the narrowed ones (their targets
+        # after the child's); rows padded, their lengths apart
+        width = 1 + max(len(i) for i, _ in one)
         one_ids = np.zeros((128, width), np.int64)
         one_tgt = np.zeros((128, width), np.int64)
-        for b, (ids, tgt) in enumerate(one):
-            one_ids[b, : 1 + len(ids)] = [self.byte[b], *ids]
-            one_tgt[b, : len(tgt)] = tgt
-        one_len = np.array([1 + len(ids) for ids, _ in one], np.int64)
+        for b, (i, t) in enumerate(one):
+            one_ids[b, : 1 + len(i)] = [byte[b], *i]
+            one_tgt[b, : len(t)] = t
         low = (1 << 64) - 1
-        nar = self.narrowed
-        return (
+        self.arrays = (
             (
-                *(np.asarray(x, np.int64) for x in self.base),
-                np.array(self.byte, np.int64),
+                *(np.asarray(x, np.int64) for x in (src, ids, tgt)),
+                np.array(byte, np.int64),
                 one_ids,
                 one_tgt,
-                one_len,
+                np.array([1 + len(i) for i, _ in one], np.int64),
             ),
             (
-                np.array(self.leaf[0], np.int64),
-                np.array(self.leaf[1], np.int64),
-                np.array([m & low for m, _ in nar], np.uint64),
-                np.array([m >> 64 for m, _ in nar], np.uint64),
-                np.array([t for _, t in nar], np.int64),
-                np.ascontiguousarray(self.shared[0]),
-                np.ascontiguousarray(self.shared[1]),
+                np.array(leaf[0], np.int64),
+                np.array(leaf[1], np.int64),
+                np.array([m & low for m, _ in narrowed], np.uint64),  # masks in two words
+                np.array([m >> 64 for m, _ in narrowed], np.uint64),
+                np.array([t for _, t in narrowed], np.int64),
+                np.array([i for i, _ in shared], np.int64),
+                np.array([t for _, t in shared], np.int64),
             ),
         )
 
@@ -353,9 +343,9 @@ class _KeyParts:
             self.masks.append(m)
         return i
 
-    def narrowing(self, taken: int) -> tuple[list[int], list[int]]:
+    def _narrowing(self, narrowed, taken: int) -> tuple[list[int], list[int]]:
         """The moves of `narrowed` less the bytes of `taken`: mask numbers, targets."""
-        moves = [(self.number(m & ~taken), t) for m, t in self.narrowed if m & ~taken]
+        moves = [(self.number(m & ~taken), t) for m, t in narrowed if m & ~taken]
         return [i for i, _ in moves], [t for _, t in moves]
 
 
