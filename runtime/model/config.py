@@ -7,6 +7,15 @@ import os
 from dataclasses import dataclass, field
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# The projections a decoder layer runs as one product: a Hugging Face projection's name -> the
+# merged layer it loads into and its place there.
+MERGED_PROJECTIONS = {
+    "q_proj": ("qkv_proj", 0),
+    "k_proj": ("qkv_proj", 1),
+    "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
 
 
 class UnsupportedModelError(ValueError):

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from runtime.model import qgemv
+from runtime.model.config import MERGED_PROJECTIONS
 from runtime.model.qgemv import GROUP, pack_int4, unpack_int4
 
 # Rows up to which the weight-only kernels beat dequantize + dense GEMM on a 2-core AVX2 CPU
@@ -250,18 +251,9 @@ def read_gguf_weights(gguf_path: str, kind: str, keep_precision: bool = False):
 
 def merged_layer(name: str) -> str:
     """The layer a Hugging Face weight loads into: q, k and v, and gate and up, share one."""
-    for part, layer in _MERGED.items():
+    for part, (layer, _) in MERGED_PROJECTIONS.items():
         name = name.replace(f".{part}.", f".{layer}.")
     return name
-
-
-_MERGED = {
-    "q_proj": "qkv_proj",
-    "k_proj": "qkv_proj",
-    "v_proj": "qkv_proj",
-    "gate_proj": "gate_up_proj",
-    "up_proj": "gate_up_proj",
-}
 
 
 def _from_blocks(blocks) -> QuantizedTensor:

@@ -10,7 +10,7 @@ from torch import nn
 
 from runtime.model import qgemv
 from runtime.model.attention.base import AttentionBackend, ForwardBatch
-from runtime.model.config import ModelConfig
+from runtime.model.config import MERGED_PROJECTIONS, ModelConfig
 from runtime.model.decode_step import NativeDecodeStep
 from runtime.model.layers import (
     ColumnParallelLinear,
@@ -181,8 +181,8 @@ class LlamaForCausalLM(nn.Module):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy Hugging Face-named tensors into this model's (merged, sharded) parameters."""
-        qkv = {"q_proj": 0, "k_proj": 1, "v_proj": 2}
-        gate_up = {"gate_proj": 0, "up_proj": 1}
+        qkv = {p: i for p, (m, i) in MERGED_PROJECTIONS.items() if m == "qkv_proj"}
+        gate_up = {p: i for p, (m, i) in MERGED_PROJECTIONS.items() if m == "gate_up_proj"}
         seen = set()
         for name, tensor in weights:
             if "rotary_emb" in name:
