@@ -33,6 +33,7 @@ class _Linear(ctypes.Structure):
         ("m", ctypes.c_void_p),
         ("bias", ctypes.c_void_p),
         ("tiles", ctypes.c_void_p),
+        ("split", ctypes.c_int64),
     ]
 
 
@@ -74,11 +75,11 @@ def _linear(module) -> _Linear | None:
         return None
     bias = module.bias.data_ptr() if module.bias is not None else None
     bits = 4 if native.kind == "int4" else 8
-    m = native.m.data_ptr() if bits == 4 else None
+    m = native.m.data_ptr() if native.m is not None else None
     tiles = module.matmul.bf16_tiles()
     tiles = tiles.data_ptr() if tiles is not None else None
     q, scale = native.q.data_ptr(), native.scale.data_ptr()
-    return _Linear(bits, native.n, native.k, q, scale, m, bias, tiles)
+    return _Linear(bits, native.n, native.k, q, scale, m, bias, tiles, native.split)
 
 
 def _is_cpu(*tensors: torch.Tensor, dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> bool:

@@ -38,10 +38,9 @@ class _QuantizedBlocks:
 
     def load(self, block: int, full, rows: int, start: int) -> QuantizedMatmul | None:
         """Store block `block` (a float tensor or a QuantizedTensor); the matmul once all are in.
-        Codes of another kind (a file's Q8_0 matrix in an int4 layer) are rounded to this one,
-        except int8 codes marked `finer` in an int4 layer: the whole layer then runs int8 (its
-        int4 blocks rounded to int8, which moves a value by at most 1/254 of its group's
-        largest), so a 6-bit v or down projection beside 4-bit ones keeps its bits."""
+        int8 codes in an int4 layer (a file's Q8_0 matrix) are rounded to int4, except codes
+        marked `finer`: the whole layer then runs int8, so a 6-bit v or down projection beside
+        4-bit ones keeps its bits. int4 codes in an int8 layer widen to int8 exactly."""
         if isinstance(full, QuantizedTensor):
             if full.kind == "int8" and full.finer and self.kind == "int4":
                 self.kind = "int8"
@@ -52,9 +51,11 @@ class _QuantizedBlocks:
         self.parts[block] = full
         if all(p is not None for p in self.parts):
             parts = [
-                p if p.kind == self.kind else quantize(p.dequantize(), self.kind)
+                p
+                if p.kind == self.kind or self.kind == "int8"
+                else quantize(p.dequantize(), "int4")
                 for p in self.parts
-            ]
+            ]  # concat_rows widens int4 parts of an int8 layer
             self.matmul = QuantizedMatmul(concat_rows(parts))
             self.parts = []
         return self.matmul

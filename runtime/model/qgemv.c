@@ -3,7 +3,8 @@
 // y[r, n] = sum_k x[r, k] * w[n, k] with w kept quantized:
 //   int4: w = q * d[n, g] + m[n, g], q in [0, 15], groups of 32 along k, two codes a byte in
 //         GGUF's layout (half the bytes of one code a byte: decode reads the weights once a step);
-//   int8: w = q * d[n, g], q in [-128, 127], groups of 32 along k.
+//   int8: w = q * d[n, g] (+ m[n, g] where given), q in [-128, 127], groups of 32 along k, d
+//         optionally per half group of 16 (Q6_K's scales; GGUF codes widened exactly).
 // x is first rounded to int16 per group of 32 (xq * xs; llama.cpp rounds to int8 instead, which
 // cost 0.8% perplexity here), so each group is one exact integer dot product; the m term uses
 // the float sum of the group.
@@ -120,40 +121,59 @@ static void int4_matmul_avx2(const uint8_t *q, const float *d, const float *m, i
   }
 }
 
+// int8 codes: w = q * d + m, d per group of 32 or, `split`, per half group of 16 (d [n, k / 16]:
+// Q6_K's sub-blocks), m per group of 32 or none (mm NULL). Split halves are the two madd
+// halves of a group, each converted and scaled on its own.
 static inline __attribute__((always_inline)) void int8_row(
-    const int8_t *qo, const float *dd, int64_t groups, int64_t k, const int16_t *xq,
-    const float *xs, int64_t n, float *y, const int R) {
+    const int8_t *qo, const float *dd, const float *mm, int64_t groups, int64_t k,
+    const int16_t *xq, const float *xs, const float *xsum, int64_t n, float *y, const int R,
+    const int split) {
   __m256 acc[4];
   for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; g++) {
     __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qo + g * GROUP)));
     __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qo + g * GROUP + 16)));
     for (int r = 0; r < R; r++) {
-      __m256 p = _mm256_cvtepi32_ps(dot32(w0, w1, xq + r * k + g * GROUP));
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dd[g] * xs[r * groups + g]), p, acc[r]);
+      const int16_t *x = xq + r * k + g * GROUP;
+      float s = xs[r * groups + g];
+      if (split) {
+        __m256i a = _mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)x));
+        __m256i b = _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(x + 16)));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dd[2 * g] * s), _mm256_cvtepi32_ps(a), acc[r]);
+        acc[r] =
+            _mm256_fmadd_ps(_mm256_set1_ps(dd[2 * g + 1] * s), _mm256_cvtepi32_ps(b), acc[r]);
+      } else {
+        __m256 p = _mm256_cvtepi32_ps(dot32(w0, w1, x));
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dd[g] * s), p, acc[r]);
+      }
     }
   }
-  for (int r = 0; r < R; r++) y[r * n] = hsum(acc[r]);
+  for (int r = 0; r < R; r++)
+    y[r * n] = hsum(acc[r]) + (mm ? dot_groups(mm, xsum + r * groups, groups) : 0.0f);
 }
 
-// int8 codes with one scale per group of 32 of each row (d [n, k / 32]).
-static void int8_matmul_avx2(const int8_t *q, const float *d, int64_t n, int64_t k,
-                             const int16_t *xq, const float *xs, int64_t rows, float *y,
-                             int threads) {
+#define INT8_ROWS(R)                                                          \
+  case R:                                                                     \
+    if (split)                                                                \
+      int8_row(qo, dd, mm, groups, k, x, sc, sum, n, out, R, 1);              \
+    else                                                                      \
+      int8_row(qo, dd, mm, groups, k, x, sc, sum, n, out, R, 0);              \
+    break;
+
+static void int8_matmul_avx2(const int8_t *q, const float *d, const float *m, int split,
+                             int64_t n, int64_t k, const int16_t *xq, const float *xs,
+                             const float *xsum, int64_t rows, float *y, int threads) {
   int64_t groups = k / GROUP;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t o = 0; o < n; o++) {
     const int8_t *qo = q + o * k;
-    const float *dd = d + o * groups;
+    const float *dd = d + o * groups * (split ? 2 : 1), *mm = m ? m + o * groups : NULL;
     for (int64_t r = 0; r < rows; r += 4) {
       const int16_t *x = xq + r * k;
-      const float *sc = xs + r * groups;
+      const float *sc = xs + r * groups, *sum = xsum + r * groups;
       float *out = y + r * n + o;
       switch (rows - r < 4 ? rows - r : 4) {
-        case 1: int8_row(qo, dd, groups, k, x, sc, n, out, 1); break;
-        case 2: int8_row(qo, dd, groups, k, x, sc, n, out, 2); break;
-        case 3: int8_row(qo, dd, groups, k, x, sc, n, out, 3); break;
-        default: int8_row(qo, dd, groups, k, x, sc, n, out, 4); break;
+        INT8_ROWS(1) INT8_ROWS(2) INT8_ROWS(3) default: INT8_ROWS(4)
       }
     }
   }
@@ -169,8 +189,9 @@ void set_avx512(int int4_rows, int int8_rows) {
 void int4_matmul_avx512(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
                         const int16_t *xq, const float *xs, const float *xsum, int64_t rows,
                         float *y, int threads);
-void int8_matmul_avx512(const int8_t *q, const float *d, int64_t n, int64_t k, const int16_t *xq,
-                        const float *xs, int64_t rows, float *y, int threads);
+void int8_matmul_avx512(const int8_t *q, const float *d, const float *m, int split, int64_t n,
+                        int64_t k, const int16_t *xq, const float *xs, const float *xsum,
+                        int64_t rows, float *y, int threads);
 
 void int4_matmul(const uint8_t *q, const float *d, const float *m, int64_t n, int64_t k,
                  const int16_t *xq, const float *xs, const float *xsum, int64_t rows, float *y,
@@ -181,12 +202,13 @@ void int4_matmul(const uint8_t *q, const float *d, const float *m, int64_t n, in
     int4_matmul_avx2(q, d, m, n, k, xq, xs, xsum, rows, y, threads);
 }
 
-void int8_matmul(const int8_t *q, const float *d, int64_t n, int64_t k, const int16_t *xq,
-                 const float *xs, int64_t rows, float *y, int threads) {
+void int8_matmul(const int8_t *q, const float *d, const float *m, int split, int64_t n, int64_t k,
+                 const int16_t *xq, const float *xs, const float *xsum, int64_t rows, float *y,
+                 int threads) {
   if (avx512_int8_rows && rows >= avx512_int8_rows)
-    int8_matmul_avx512(q, d, n, k, xq, xs, rows, y, threads);
+    int8_matmul_avx512(q, d, m, split, n, k, xq, xs, xsum, rows, y, threads);
   else
-    int8_matmul_avx2(q, d, n, k, xq, xs, rows, y, threads);
+    int8_matmul_avx2(q, d, m, split, n, k, xq, xs, xsum, rows, y, threads);
 }
 
 // The float weight, for the dense GEMM of long extends: out [n, k].
@@ -207,12 +229,14 @@ void int4_dequantize(const uint8_t *q, const float *d, const float *m, int64_t n
   }
 }
 
-void int8_dequantize(const int8_t *q, const float *d, int64_t n, int64_t k, float *out,
-                     int threads) {
+void int8_dequantize(const int8_t *q, const float *d, const float *m, int split, int64_t n,
+                     int64_t k, float *out, int threads) {
+  int64_t groups = k / GROUP, size = split ? GROUP / 2 : GROUP;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t o = 0; o < n; o++)
     for (int64_t j = 0; j < k; j++)
-      out[o * k + j] = (float)q[o * k + j] * d[o * (k / GROUP) + j / GROUP];
+      out[o * k + j] = (float)q[o * k + j] * d[o * (k / size) + j / size] +
+                       (m ? m[o * groups + j / GROUP] : 0.0f);
 }
 
 // The entry points: y [rows, n] = x [rows, k] (float) @ w.T, activations rounded inside.
@@ -233,11 +257,11 @@ void int4_linear(const uint8_t *q, const float *d, const float *m, int64_t n, in
   free(xq), free(xs), free(xsum);
 }
 
-void int8_linear(const int8_t *q, const float *s, int64_t n, int64_t k, const float *x,
-                 int64_t rows, float *y, int threads) {
+void int8_linear(const int8_t *q, const float *s, const float *m, int split, int64_t n, int64_t k,
+                 const float *x, int64_t rows, float *y, int threads) {
   float *xs, *xsum;
   int16_t *xq = round_activations(x, rows, k, &xs, &xsum);
-  int8_matmul(q, s, n, k, xq, xs, rows, y, threads);
+  int8_matmul(q, s, m, split, n, k, xq, xs, xsum, rows, y, threads);
   free(xq), free(xs), free(xsum);
 }
 
@@ -345,10 +369,11 @@ void tiles_linear(const uint16_t *w, int64_t n, int64_t k, const float *x, int64
 // the ctypes structures of runtime/model/decode_step.py.
 
 typedef struct {
-  int64_t bits, n, k;  // bits: 4 (groups of 32: q, d, m) or 8 (groups of 32: q, d)
+  int64_t bits, n, k;  // bits: 4 (groups of 32: q, d, m) or 8 (q, d, m or NULL: int8_row)
   const void *q;
   const float *d, *m, *bias;  // bias may be NULL
   const uint16_t *tiles;      // the bf16 tiles of the weight (tiles_linear), or NULL
+  int64_t split;              // int8: d per half group of 16
 } qlinear;
 
 typedef struct {
@@ -381,7 +406,8 @@ static void linear_into(const qlinear *w, const float *x, int64_t rows, int64_t 
       int4_matmul((const uint8_t *)w->q, w->d, w->m, w->n, w->k, r->xq, r->xs, r->xsum, rows,
                   y, threads);
     else
-      int8_matmul((const int8_t *)w->q, w->d, w->n, w->k, r->xq, r->xs, rows, y, threads);
+      int8_matmul((const int8_t *)w->q, w->d, w->m, (int)w->split, w->n, w->k, r->xq, r->xs,
+                  r->xsum, rows, y, threads);
   }
   if (w->bias)
     for (int64_t i = 0; i < rows; i++)

@@ -91,13 +91,13 @@ def load() -> ctypes.CDLL | None:
             return None
     lib = ctypes.CDLL(path)
     lib.int4_dequantize.argtypes = [_P, _P, _P, _I64, _I64, _P, _INT]
-    lib.int8_dequantize.argtypes = [_P, _P, _I64, _I64, _P, _INT]
+    lib.int8_dequantize.argtypes = [_P, _P, _P, _INT, _I64, _I64, _P, _INT]
     lib.rms_norm.argtypes = [_P, _I64, _P, _I64, _I64, ctypes.c_float, _P, _INT]
     lib.rotary_inplace.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P, _INT]
     lib.decode_attention.argtypes = [_P, _I64, _P, _P, _I64, _P, _I64, _P, _I64, _I64, _I64]
     lib.decode_attention.argtypes += [_I64, ctypes.c_float, _P, _INT, _INT]
     lib.int4_linear.argtypes = [_P, _P, _P, _I64, _I64, _P, _I64, _P, _INT]
-    lib.int8_linear.argtypes = [_P, _P, _I64, _I64, _P, _I64, _P, _INT]
+    lib.int8_linear.argtypes = [_P, _P, _P, _INT, _I64, _I64, _P, _I64, _P, _INT]
     lib.write_kv.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _I64, _P, _INT, _INT]
     lib.silu_mul.argtypes = [_P, _I64, _I64, _P, _INT]
     lib.decode_step.argtypes = [_P, _P, _I64, _P, _P, _P, _I64, _P, _INT]
@@ -128,8 +128,8 @@ def use_avx512(lib: ctypes.CDLL, on: bool, invariant: bool = False) -> None:
     lib.set_avx512(AVX512_ROWS["int4"] if on else 0, int8_rows)
 
 
-def _ptr(t: torch.Tensor) -> int:
-    return t.data_ptr()
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
 
 
 def _rows_ok(x: torch.Tensor) -> bool:
@@ -269,15 +269,21 @@ def decode_attention(
 
 
 class NativeMatmul:
-    """x @ W.T over a QuantizedTensor's own codes (int4 and int8: groups of 32 of each row)."""
+    """x @ W.T over a QuantizedTensor's own codes (int4 and int8: groups of 32 of each row;
+    int8 scales may be per half group, `split`)."""
 
     def __init__(self, lib: ctypes.CDLL, w):
         self.lib, self.kind = lib, w.kind
         self.n, self.k = w.rows, w.cols
         self.q = w.q.contiguous()  # the codes themselves (int4: two a byte, GGUF's layout)
         self.scale = w.scale.to(torch.float32).contiguous()
-        # int4 codes: w = q * d + m with d = scale, m = zero - 8 * scale.
-        self.m = None if w.zero is None else (w.zero - 8 * w.scale).to(torch.float32).contiguous()
+        self.split = int(w.split)
+        # w = q * d + m with d = scale; int4: m = zero - 8 * scale; int8: m = zero (or none)
+        if w.zero is None:
+            self.m = None
+        else:
+            m = w.zero - 8 * w.scale if w.kind == "int4" else w.zero
+            self.m = m.to(torch.float32).contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or not x.is_contiguous():
@@ -292,8 +298,8 @@ class NativeMatmul:
             )  # fmt: skip
         else:
             self.lib.int8_linear(
-                self.q.data_ptr(), self.scale.data_ptr(), self.n, self.k,
-                x.data_ptr(), rows, y.data_ptr(), threads,
+                self.q.data_ptr(), self.scale.data_ptr(), _ptr(self.m), self.split, self.n,
+                self.k, x.data_ptr(), rows, y.data_ptr(), threads,
             )  # fmt: skip
         return y
 
@@ -307,8 +313,9 @@ class NativeMatmul:
             )
         else:
             self.lib.int8_dequantize(
-                _ptr(self.q), _ptr(self.scale), self.n, self.k, _ptr(out), threads
-            )
+                _ptr(self.q), _ptr(self.scale), _ptr(self.m), self.split, self.n, self.k,
+                _ptr(out), threads,
+            )  # fmt: skip
         return out
 
 

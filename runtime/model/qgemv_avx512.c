@@ -89,9 +89,19 @@ AVX512 INLINE __m512 spread(const float *v, int t) {
   return _mm512_permutexvar_ps(at, _mm512_castps128_ps512(_mm_maskz_loadu_ps((1 << t) - 1, v)));
 }
 
+// Split scales (two a group, one per half of 16): half h of each of four groups, spread alike.
+AVX512 INLINE __m512 spread_half(const float *v, int t, int h) {
+  __m512i at = _mm512_add_epi32(
+      _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6), _mm512_set1_epi32(h));
+  __m256 pairs = _mm256_maskz_loadu_ps((__mmask8)((1 << (2 * t)) - 1), v);
+  return _mm512_permutexvar_ps(at, _mm512_castps256_ps512(pairs));
+}
+
 // P weight rows (1 or 2: each activation load then feeds P products, which halves the reads
 // of the activations, the bound at 16 rows) against R activation rows (bits 4: w = q * d + m;
-// 8: w = q * d). Weight row p is at qo + p * stride, its scales at dd + p * groups.
+// 8: w = q * d, plus m where mm is given; 16: int8 codes with d per half group, chunks 0-1
+// and 2-3 scaled apart). Weight row p is at qo + p * stride, its scales at dd + p * groups
+// (twice that for 16), its m at mm + p * groups.
 AVX512 INLINE void weight_rows(const void *qo, int64_t stride, const float *dd, const float *mm,
                                int64_t groups, const laid_out *l, int64_t r0, int64_t n,
                                float *y, const int bits, const int P, const int R) {
@@ -101,14 +111,19 @@ AVX512 INLINE void weight_rows(const void *qo, int64_t stride, const float *dd, 
   for (int64_t b = 0; b < l->blocks; b++) {
     int t = groups - 4 * b < 4 ? (int)(groups - 4 * b) : 4;
     __m512i w[2][4];
-    __m512 d[2], m[2];
+    __m512 d[2], e[2], m[2];
     for (int p = 0; p < P; p++) {
       if (bits == 4)
         int4_codes((const uint8_t *)qo + p * stride, b, t, w[p]);
       else
         int8_codes((const int8_t *)qo + p * stride, b, t, w[p]);
-      d[p] = spread(dd + p * groups + 4 * b, t);
-      m[p] = bits == 4 ? spread(mm + p * groups + 4 * b, t) : d[p];
+      if (bits == 16) {
+        d[p] = spread_half(dd + 2 * (p * groups + 4 * b), t, 0);
+        e[p] = spread_half(dd + 2 * (p * groups + 4 * b), t, 1);
+      } else {
+        d[p] = e[p] = spread(dd + p * groups + 4 * b, t);
+      }
+      m[p] = mm ? spread(mm + p * groups + 4 * b, t) : d[p];
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++) {
@@ -120,11 +135,17 @@ AVX512 INLINE void weight_rows(const void *qo, int64_t stride, const float *dd, 
       for (int p = 0; p < P; p++) {  // the 16 int32 lanes of the block's integer products
         __m512i i = _mm512_madd_epi16(w[p][0], x0);
         i = _mm512_dpwssd_epi32(i, w[p][1], x1);
-        i = _mm512_dpwssd_epi32(i, w[p][2], x2);
+        if (bits == 16) {  // the first halves, then the second ones
+          __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(i), s);
+          acc[p][r] = _mm512_fmadd_ps(f, d[p], acc[p][r]);
+          i = _mm512_madd_epi16(w[p][2], x2);
+        } else {
+          i = _mm512_dpwssd_epi32(i, w[p][2], x2);
+        }
         i = _mm512_dpwssd_epi32(i, w[p][3], x3);
         __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(i), s);
-        acc[p][r] = _mm512_fmadd_ps(f, d[p], acc[p][r]);
-        if (bits == 4)
+        acc[p][r] = _mm512_fmadd_ps(f, e[p], acc[p][r]);
+        if (bits == 4 || mm)
           acc[p][r] = _mm512_fmadd_ps(m[p], _mm512_loadu_ps(l->sum + at * 16), acc[p][r]);
       }
     }
@@ -174,15 +195,21 @@ AVX512 void int4_matmul_avx512(const uint8_t *q, const float *d, const float *m,
   release(&l);
 }
 
-AVX512 void int8_matmul_avx512(const int8_t *q, const float *d, int64_t n, int64_t k,
-                               const int16_t *xq, const float *xs, int64_t rows, float *y,
-                               int threads) {
+AVX512 void int8_matmul_avx512(const int8_t *q, const float *d, const float *m, int split,
+                               int64_t n, int64_t k, const int16_t *xq, const float *xs,
+                               const float *xsum, int64_t rows, float *y, int threads) {
   int64_t groups = k / GROUP;
-  laid_out l = lay_out(xq, xs, xs, rows, k);  // no group sums needed: any pointer
+  laid_out l = lay_out(xq, xs, xsum, rows, k);
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t o = 0; o < n; o += 2)
-    for (int64_t p = o; p < o + 2 && p < n; p += pairs(rows, n, p))
-      row_blocks(q + p * k, k, d + p * groups, NULL, groups, &l, rows, n, p, y, 8,
-                 pairs(rows, n, p));
+    for (int64_t p = o; p < o + 2 && p < n; p += pairs(rows, n, p)) {
+      const float *mm = m ? m + p * groups : NULL;
+      if (split)
+        row_blocks(q + p * k, k, d + 2 * p * groups, mm, groups, &l, rows, n, p, y, 16,
+                   pairs(rows, n, p));
+      else
+        row_blocks(q + p * k, k, d + p * groups, mm, groups, &l, rows, n, p, y, 8,
+                   pairs(rows, n, p));
+    }
   release(&l);
 }

@@ -4,8 +4,10 @@ A `QuantizedTensor` is a row-local code for a [rows, cols] weight (every row qua
 own), so the blocks of a merged layer (q|k|v, gate|up) are quantized one by one and their rows
 concatenated:
 
-- int8: w = q * scale[row, group], q in [-128, 127]. GGUF Q8_0 blocks (f16 d, 32 codes) map
-  onto it exactly.
+- int8: w = q * scale[row, group] (+ zero[row, group] where present), q in [-128, 127]; the
+  scales may be per half group of 16 (`split`). GGUF Q8_0 blocks (f16 d, 32 codes) map onto it
+  exactly, and so do Q6_K (scales per 16) and Q5_K (5-bit codes, scales and minimums per 32)
+  up to one float32 rounding of d * scale and dmin * min; int4 codes widen to it exactly.
 - int4: w = (q - 8) * scale[row, group] + zero[row, group], q in [0, 15], two codes a byte in
   GGUF's layout. GGUF Q4_0 (w = (q - 8) * d), Q4_1 (w = q * d + m, so zero = m + 8 d) and
   Q4_K blocks map onto it (Q4_1 and Q4_K to one float32 rounding of the zero point).
@@ -87,8 +89,10 @@ class QuantizationError(ValueError):
 @dataclass
 class QuantizedTensor:
     """Row-local quantized [rows, cols] weight, `scale` [rows, cols // 32]. int8: `q` int8
-    [rows, cols]. int4: `q` uint8 [rows, cols // 2] (byte j of a group holds element j in its
-    low nibble and element j + 16 in its high one, GGUF's layout), `zero` [rows, cols // 32]."""
+    [rows, cols], w = q * scale + zero, `zero` [rows, cols // 32] or None (0), `scale` may be
+    [rows, cols // 16] (`split`). int4: `q` uint8 [rows, cols // 2] (byte j of a group holds
+    element j in its low nibble and element j + 16 in its high one, GGUF's layout), w = (q -
+    8) * scale + zero, `zero` [rows, cols // 32]."""
 
     kind: str
     q: torch.Tensor
@@ -106,6 +110,11 @@ class QuantizedTensor:
     def cols(self) -> int:
         return self.q.shape[1] * (2 if self.kind == "int4" else 1)
 
+    @property
+    def split(self) -> bool:
+        """Scales per half group of 16 (int8 only)."""
+        return self.scale.shape[1] * GROUP == 2 * self.cols
+
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         if self.rows > _CHUNK_ROWS:  # a slice at a time: no float32 copy of a large matrix
             out = torch.empty(self.rows, self.cols, dtype=dtype)
@@ -114,8 +123,11 @@ class QuantizedTensor:
                 out[start : start + part.rows] = part.dequantize(dtype)
             return out
         if self.kind == "int8":
-            w = self.q.to(torch.float32).view(self.rows, -1, GROUP) * self.scale[..., None]
-            return w.view(self.rows, self.cols).to(dtype)
+            size = GROUP // 2 if self.split else GROUP
+            w = self.q.to(torch.float32).view(self.rows, -1, size) * self.scale[..., None]
+            if self.zero is not None:
+                w = w.view(self.rows, -1, GROUP) + self.zero[..., None]
+            return w.reshape(self.rows, self.cols).to(dtype)
         codes = unpack_int4(self.q).to(torch.float32).view(self.rows, -1, GROUP)
         w = (codes - 8) * self.scale[..., None] + self.zero[..., None]
         return w.view(self.rows, self.cols).to(dtype)
@@ -182,14 +194,101 @@ def from_gguf_q4_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
     groups 2c (low nibbles) and 2c + 1 (high nibbles)."""
     raw = np.ascontiguousarray(blocks).reshape(rows, cols // 256, 144)
     d, dmin = _halves(raw, 0)[..., None], _halves(raw, 2)[..., None]
-    low, mid, high = raw[..., 4:8], raw[..., 8:12], raw[..., 12:16]
-    sc = np.concatenate([low & 63, (high & 15) | ((low >> 6) << 4)], axis=-1)
-    mn = np.concatenate([mid & 63, (high >> 4) | ((mid >> 6) << 4)], axis=-1)
+    sc, mn = _k_scales(raw, 4)
     scale = (d * sc.astype(np.float32)).reshape(rows, cols // GROUP)
     m = -(dmin * mn.astype(np.float32)).reshape(rows, cols // GROUP)
     qs = raw[..., 16:].reshape(rows, cols // 256, 4, 1, 32)
     codes = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(rows, cols)
     return _int4(pack_int4(torch.from_numpy(np.ascontiguousarray(codes))), scale, m)
+
+
+def widened(w: QuantizedTensor, split: bool, zero: bool) -> QuantizedTensor:
+    """`w` as int8 codes of the same values, exactly: int4 codes q become q - 8 (with their
+    zero points), and scales per group repeat for each half when `split`, zero points of 0
+    appear when `zero`."""
+    if w.kind == "int4":
+        q = (unpack_int4(w.q).to(torch.int16) - 8).to(torch.int8)
+        w = QuantizedTensor("int8", q, w.scale, w.zero, w.finer)
+    scale, offset = w.scale, w.zero
+    if split and not w.split:
+        scale = scale.repeat_interleave(2, dim=1)
+    if zero and offset is None:
+        offset = torch.zeros(w.rows, w.cols // GROUP)
+    return QuantizedTensor("int8", w.q, scale, offset, w.finer)
+
+
+def in_one_form(parts: list[QuantizedTensor]) -> list[QuantizedTensor]:
+    """int8 parts (and int4 ones, widened) in one form, for their rows to be concatenated:
+    split scales and zero points where any part has them."""
+    split = any(p.kind == "int8" and p.split for p in parts)
+    zero = any(p.zero is not None for p in parts)
+    return [widened(p, split, zero) for p in parts]
+
+
+def _k_scales(raw: np.ndarray, at: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 8 six-bit scales and minimums of K-quant super-blocks (Q4_K, Q5_K) packed in the 12
+    bytes from `at` of each block of `raw` [rows, blocks, bytes], as uint8 [rows, blocks, 8]."""
+    low, mid, high = raw[..., at : at + 4], raw[..., at + 4 : at + 8], raw[..., at + 8 : at + 12]
+    sc = np.concatenate([low & 63, (high & 15) | ((low >> 6) << 4)], axis=-1)
+    mn = np.concatenate([mid & 63, (high >> 4) | ((mid >> 6) << 4)], axis=-1)
+    return sc, mn
+
+
+def from_gguf_q5_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
+    """A GGUF Q5_K tensor as int8, its own codes: each super-block of 256 (f16 d and dmin, 12
+    bytes of 6-bit scales and minimums, 32 bytes of fifth bits, 128 of low nibbles) is 8
+    groups of 32 with w = q * (d * sc) - dmin * mn, q in [0, 31]. Bytes 32c..32c+31 of the
+    nibbles hold groups 2c (low) and 2c + 1 (high); bit 2c (2c + 1) of byte l of the fifth bits
+    is the high bit of element l of group 2c (2c + 1)."""
+    raw = np.ascontiguousarray(blocks).reshape(rows, cols // 256, 176)
+    d, dmin = _halves(raw, 0)[..., None], _halves(raw, 2)[..., None]
+    sc, mn = _k_scales(raw, 4)
+    high = raw[..., 16:48][:, :, None, :] >> np.arange(8, dtype=np.uint8)[:, None] & 1
+    qs = raw[..., 48:].reshape(rows, cols // 256, 4, 1, 32)
+    low = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(rows, cols // 256, 8, 32)
+    codes = (low | (high << 4)).astype(np.int8).reshape(rows, cols)
+    scale = (d * sc.astype(np.float32)).reshape(rows, cols // GROUP)
+    zero = -(dmin * mn.astype(np.float32)).reshape(rows, cols // GROUP)
+    return QuantizedTensor(
+        "int8", torch.from_numpy(codes), torch.from_numpy(scale), torch.from_numpy(zero)
+    )
+
+
+def from_gguf_q6_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
+    """A GGUF Q6_K tensor as int8 with scales per 16, its own codes: each super-block of 256
+    (128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, f16 d) holds w = (q - 32)
+    * (d * sc[j]) for the 16 runs of 16. In each half of 128, bytes l and l + 32 of its 64
+    low-nibble bytes hold elements l, l + 32 (low nibbles) and l + 64, l + 96 (high ones);
+    byte l of its 32 high-bit bytes holds the high pairs of l, l + 32, l + 64, l + 96."""
+    raw = np.ascontiguousarray(blocks).reshape(rows, cols // 256, 210)
+    ql = raw[..., :128].reshape(rows, cols // 256, 2, 2, 32)  # [half][bytes l / l + 32][l]
+    qh = raw[..., 128:192].reshape(rows, cols // 256, 2, 1, 32)
+    low = np.stack([ql & 15, ql >> 4], axis=3)  # [half][nibble][l or l + 32][l]
+    low = low.reshape(rows, cols // 256, 2, 4, 32)  # element 32 * i + l of the half, i = 0..3
+    high = qh >> (2 * np.arange(4, dtype=np.uint8))[:, None] & 3
+    codes = ((low | (high << 4)).astype(np.int16) - 32).astype(np.int8).reshape(rows, cols)
+    sc = raw[..., 192:208].copy().view(np.int8).astype(np.float32)
+    scale = (_halves(raw, 208)[..., None] * sc).reshape(rows, cols // 16)
+    return QuantizedTensor("int8", torch.from_numpy(codes), torch.from_numpy(scale))
+
+
+def from_gguf_q5(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> QuantizedTensor:
+    """A GGUF Q5_0 / Q5_1 tensor as int8 groups, its own codes: a block of 32 is f16 d (Q5_1:
+    and f16 m), 4 bytes whose bit e is the fifth bit of element e, and 16 bytes of low nibbles
+    (elements e and e + 16 in byte e); Q5_0: w = (q - 16) * d, Q5_1: w = q * d + m."""
+    head = 2 if kind_name == "Q5_0" else 4
+    raw = np.ascontiguousarray(blocks).reshape(rows, cols // GROUP, head + 4 + GROUP // 2)
+    fifth = raw[..., head : head + 4, None] >> np.arange(8, dtype=np.uint8) & 1
+    qs = raw[..., head + 4 :]
+    low = np.concatenate([qs & 15, qs >> 4], axis=-1)
+    codes = (low | (fifth.reshape(rows, cols // GROUP, GROUP) << 4)).astype(np.int8)
+    zero = None
+    if head == 2:
+        codes -= 16
+    else:
+        zero = torch.from_numpy(_halves(raw, 2))
+    q = torch.from_numpy(codes.reshape(rows, cols))
+    return QuantizedTensor("int8", q, torch.from_numpy(_halves(raw, 0)), zero)
 
 
 def from_gguf_q8_0(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
@@ -200,20 +299,36 @@ def from_gguf_q8_0(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
 
 
 # GGUF tensor types whose blocks map exactly onto our groups of 32, and the kind they become.
-EXACT_TYPES = {"Q4_0": "int4", "Q4_1": "int4", "Q4_K": "int4", "Q8_0": "int8"}
+# Q4_K_M files hold Q6_K for the output, half the layers' attn_v and ffn_down; Q5_K_M files
+# Q5_K and Q6_K; both fall back to Q5_0 / Q5_1 for rows that are not a multiple of 256.
+EXACT_TYPES = {
+    "Q4_0": "int4",
+    "Q4_1": "int4",
+    "Q4_K": "int4",
+    "Q5_0": "int8",
+    "Q5_1": "int8",
+    "Q5_K": "int8",
+    "Q6_K": "int8",
+    "Q8_0": "int8",
+}
 # Types of more than 4 bits a weight that do not map exactly: in a 4-bit file they become int8
-# groups of 32 (symmetric, so a value moves by at most 1/254 of its group's largest magnitude;
-# Q6_K's own step is 1/32 of its sub-block's), not int4. Q4_K_M files hold Q6_K for the
-# output, half the layers' attn_v and ffn_down; Q5_K_M files Q5_K and Q6_K.
-FINER_TYPES = ("Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_1", "Q8_K", "F16", "BF16", "F32")
+# groups of 32 (symmetric, so a value moves by at most 1/254 of its group's largest
+# magnitude), not int4.
+FINER_TYPES = ("Q8_1", "Q8_K", "F16", "BF16", "F32")
 
 
 def from_gguf_blocks(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> QuantizedTensor:
     """A tensor of one of EXACT_TYPES (raw bytes, a row of blocks per weight row)."""
-    if kind_name == "Q4_K":
-        return from_gguf_q4_k(blocks, rows, cols)
-    if kind_name == "Q8_0":
-        return from_gguf_q8_0(blocks, rows, cols)
+    parse = {
+        "Q4_K": from_gguf_q4_k,
+        "Q5_K": from_gguf_q5_k,
+        "Q6_K": from_gguf_q6_k,
+        "Q8_0": from_gguf_q8_0,
+    }.get(kind_name)
+    if parse is not None:
+        return parse(blocks, rows, cols)
+    if kind_name.startswith("Q5"):
+        return from_gguf_q5(blocks, kind_name, rows, cols)
     return from_gguf_q4(blocks, kind_name, rows, cols)
 
 
@@ -222,9 +337,10 @@ def read_gguf_weights(gguf_path: str, kind: str, keep_precision: bool = False):
     file's own codes for each matrix of EXACT_TYPES (all of them for int4; Q8_0 alone for
     int8), else a float32 tensor. A layer given codes of the other kind rounds their values
     to its own (runtime/model/layers.py). With `keep_precision` (--quantization auto) an int4
-    model keeps the precision of matrices of more bits: Q8_0 codes come marked `finer`, and
-    so does every float part (as int8 groups of its values) of a layer holding a Q8_0 or
-    FINER_TYPES matrix, so that each value of such a layer is rounded once, to int8."""
+    model keeps the precision of matrices of more bits: Q5_K, Q6_K and Q8_0 codes come marked
+    `finer`, and so does every float part (as int8 groups of its values) of a layer holding
+    one of those or a FINER_TYPES matrix, so that each value of such a layer is rounded at
+    most once, to int8 (its 4-bit codes widen to int8 exactly)."""
     from runtime.model.gguf_convert import GGUFBlocks, hf_name, iter_gguf_weights, open_gguf
 
     reader, config, arch = open_gguf(gguf_path)
@@ -234,7 +350,9 @@ def read_gguf_weights(gguf_path: str, kind: str, keep_precision: bool = False):
     if finer:  # the layers (q|k|v and gate|up merged) that run int8
         for t in reader.tensors:
             name = hf_name(t.name)
-            if name and len(t.shape) == 2 and t.tensor_type.name in ("Q8_0", *FINER_TYPES):
+            kind_name = t.tensor_type.name
+            wider = EXACT_TYPES.get(kind_name) == "int8" or kind_name in FINER_TYPES
+            if name and len(t.shape) == 2 and wider:
                 finer_layers.add(merged_layer(name))
     for name, weight in iter_gguf_weights(reader, config, arch, keep):
         if isinstance(weight, GGUFBlocks):
@@ -273,6 +391,9 @@ def _from_blocks(blocks) -> QuantizedTensor:
 
 
 def concat_rows(parts: list[QuantizedTensor]) -> QuantizedTensor:
+    if any(p.kind == "int8" for p in parts):
+        parts = in_one_form(parts)
+
     def cat(name):
         return torch.cat([getattr(p, name) for p in parts])
 

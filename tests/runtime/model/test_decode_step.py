@@ -4,9 +4,10 @@ each family, both weight kinds, and ragged batches of cached lengths."""
 import pytest
 import torch
 
-from runtime.model import qgemv
+from runtime.model import layers, qgemv
 from runtime.model import quantization as quantization_module
 from runtime.model.decode_step import NativeDecodeStep
+from runtime.model.quantization import QuantizedTensor
 from tests.runtime.conftest import TINY_VARIANTS, make_tiny_model
 from tests.runtime.model.test_model_executor import DirectRunner
 
@@ -30,8 +31,20 @@ def decode_logits(runner: DirectRunner, steps: int) -> list[torch.Tensor]:
     return out
 
 
+def _split_int8(w: torch.Tensor, kind: str) -> QuantizedTensor:
+    """int8 codes as Q6_K / Q5_K matrices load (a scale per 16 values and a zero point per
+    32): here each group's mean as its zero point, then symmetric halves."""
+    rows = w.shape[0]
+    groups = w.to(torch.float32).view(rows, -1, 32)
+    zero = groups.mean(dim=2)
+    halves = (groups - zero[..., None]).view(rows, -1, 16)
+    scale = halves.abs().amax(dim=2).clamp(min=1e-12) / 127
+    q = torch.round(halves / scale[..., None]).clamp(-127, 127).to(torch.int8)
+    return QuantizedTensor("int8", q.view(w.shape), scale, zero)
+
+
 @pytest.mark.parametrize("tiles", [False, True])
-@pytest.mark.parametrize("quantization", ["int4", "int8"])
+@pytest.mark.parametrize("quantization", ["int4", "int8", "int8-split"])
 @pytest.mark.parametrize("variant", ["llama", "llama-untied-llama3rope", "qwen2"])
 def test_native_step_equals_the_layer_by_layer_path(
     variant, quantization, tiles, tmp_path, smollm2_folder, monkeypatch
@@ -40,6 +53,9 @@ def test_native_step_equals_the_layer_by_layer_path(
         pytest.skip("no bf16 tiles on this CPU (AMX or AVX-512 BF16)")
     if not tiles:
         monkeypatch.setattr(quantization_module, "tile_kind", lambda: None)
+    if quantization == "int8-split":
+        quantization = "int8"
+        monkeypatch.setattr(layers, "quantize", _split_int8)
     model_type, overrides = TINY_VARIANTS[variant]
     folder = make_tiny_model(str(tmp_path), smollm2_folder, model_type, **overrides)
     calls = []
@@ -47,7 +63,10 @@ def test_native_step_equals_the_layer_by_layer_path(
     monkeypatch.setattr(
         NativeDecodeStep, "__call__", lambda self, *a: calls.append(1) or native_call(self, *a)
     )
-    ours = decode_logits(DirectRunner(folder, quantization=quantization), steps=4)
+    runner = DirectRunner(folder, quantization=quantization)
+    split = [m.matmul.w.split for m in runner.runner.model.modules() if getattr(m, "matmul", 0)]
+    assert split and all(split) == (layers.quantize is _split_int8)
+    ours = decode_logits(runner, steps=4)
     # every step ran natively: the 4 decodes and the 3 prefills (extends of up to
     # torch_backend.SHORT_EXTEND tokens attend as one query row a token)
     assert len(calls) == 4 + len(PROMPTS)

@@ -63,31 +63,69 @@ def test_q8_0_blocks_become_int8_codes_equal_to_the_files_values():
         assert embedding.kind == "int8" and torch.equal(embedding.dequantize(), reference)
 
 
-def test_q4_k_blocks_become_int4_codes_equal_to_the_files_values():
+def _k_quant_blocks(kind_name: str, rows: int, cols: int, seed: int = 0):
+    """Random GGUF K-quant bytes (super-blocks of 256) with finite scales, as a quantizer
+    writes them, and their values by gguf's reader. Q4_K (144 bytes: f16 d and dmin, 12 of
+    6-bit scales and minimums, 128 of codes), Q5_K (176: the same and 32 of fifth bits), Q6_K
+    (210: 128 low and 64 high bits of the codes, 16 int8 scales, f16 d)."""
     import numpy as np
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
-    rng = np.random.default_rng(0)
-    rows, cols = 16, 512  # two super-blocks of 256 a row; 16 rows: bf16 tiles where present
-    raw = rng.integers(0, 256, (rows, cols // 256, 144), dtype=np.uint8)
-    halves = rng.uniform(0.001, 0.05, (rows, cols // 256, 2)).astype(np.float16)
-    raw[..., 0:4] = halves.view(np.uint8)  # d and dmin: finite, as a quantizer writes them
-    reference = dequantize(raw.reshape(rows, -1), GGMLQuantizationType.Q4_K).reshape(rows, cols)
-    ours = from_gguf_blocks(raw.reshape(rows, -1), "Q4_K", rows, cols)
-    assert ours.kind == "int4" and ours.q.shape == (rows, cols // 2)
-    reference = torch.from_numpy(reference)
+    rng = np.random.default_rng(seed)
+    if kind_name in ("Q5_0", "Q5_1"):  # gguf writes these itself
+        from gguf.quants import quantize
+
+        values = rng.standard_normal((rows, cols)).astype(np.float32) * 0.05
+        raw = quantize(values, GGMLQuantizationType[kind_name])
+        values = dequantize(raw, GGMLQuantizationType[kind_name]).reshape(rows, cols)
+        return raw, torch.from_numpy(values)
+    size = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}[kind_name]
+    raw = rng.integers(0, 256, (rows, cols // 256, size), dtype=np.uint8)
+    if kind_name == "Q6_K":
+        d = rng.uniform(0.0005, 0.002, (rows, cols // 256, 1)).astype(np.float16)
+        raw[..., 208:210] = d.view(np.uint8)
+    else:
+        halves = rng.uniform(0.001, 0.05, (rows, cols // 256, 2)).astype(np.float16)
+        raw[..., 0:4] = halves.view(np.uint8)
+    raw = raw.reshape(rows, -1)
+    values = dequantize(raw, GGMLQuantizationType[kind_name]).reshape(rows, cols)
+    return raw, torch.from_numpy(values)
+
+
+@pytest.mark.parametrize("kind_name", ["Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"])
+def test_k_quant_blocks_become_codes_equal_to_the_files_values(kind_name):
+    """Q4_K as int4 (groups of 32 with a zero point), Q5_K and Q5_1 as int8 codes 0..31 with
+    a zero point, Q5_0 as codes -16..15, Q6_K as int8 codes with a scale per 16: the file's
+    own values, up to one float32 rounding, read alike by every kernel (AVX2 and, where
+    present, AVX-512 VNNI) at every row count."""
+    rows, cols = 48, 768  # three super-blocks a row; 48 rows: bf16 tiles where present
+    raw, reference = _k_quant_blocks(kind_name, rows, cols)
+    ours = from_gguf_blocks(raw, kind_name, rows, cols)
+    assert ours.kind == quantization.EXACT_TYPES[kind_name]
+    assert ours.split == (kind_name == "Q6_K")
     assert torch.allclose(ours.dequantize(), reference, rtol=1e-6, atol=1e-6)
     lib = qgemv.load()
-    if lib is not None:  # the kernels read the same values
-        assert torch.allclose(qgemv.NativeMatmul(lib, ours).dequantize(), reference, atol=1e-6)
-        torch.manual_seed(0)
-        matmul = QuantizedMatmul(ours)
-        tolerance = 1e-2 if matmul.use_tiles else 1e-4  # bf16 tiles: bf16 products
-        for rows in (1, 3):
-            x = torch.randn(rows, cols)
-            ref = x @ reference.T
-            assert (matmul(x) - ref).abs().max() / ref.abs().max() < tolerance
+    if lib is None:
+        return
+    native = qgemv.NativeMatmul(lib, ours)
+    assert torch.allclose(native.dequantize(), reference, rtol=1e-6, atol=1e-6)
+    torch.manual_seed(0)
+    try:
+        for avx512 in {False, qgemv.avx512_vnni()}:
+            lib.set_avx512(int(avx512), int(avx512))  # every row count on one kernel
+            for n in (1, 2, 3, 4, 5, 8, 9, 16, 17):
+                x = torch.randn(n, cols)
+                ref = x @ reference.T
+                assert (native(x) - ref).abs().max() / ref.abs().max() < 1e-4, (avx512, n)
+    finally:
+        qgemv.use_avx512(lib, qgemv.avx512_wanted())
+    matmul = QuantizedMatmul(ours)
+    tolerance = 1e-2 if matmul.use_tiles else 1e-4  # bf16 tiles: bf16 products
+    for n in (1, 3):
+        x = torch.randn(n, cols)
+        ref = x @ reference.T
+        assert (matmul(x) - ref).abs().max() / ref.abs().max() < tolerance
 
 
 def test_pack_unpack_round_trip_and_rounding_bounds():
@@ -354,27 +392,12 @@ def test_native_decode_attention_matches_the_torch_path(kv_dtype, dim, monkeypat
     assert torch.allclose(ours, reference, atol=1e-5)
 
 
-def _q6_k_blocks(rows: int, cols: int, seed: int = 0):
-    """Random GGUF Q6_K bytes (210 a super-block of 256: 128 low and 64 high bits of the
-    codes, 16 int8 scales, f16 d) with a finite d, and their values by gguf's reader."""
-    import numpy as np
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize
-
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, (rows, cols // 256, 210), dtype=np.uint8)
-    d = rng.uniform(0.0005, 0.002, (rows, cols // 256, 1)).astype(np.float16)
-    raw[..., 208:210] = d.view(np.uint8)
-    raw = raw.reshape(rows, -1)
-    values = dequantize(raw, GGMLQuantizationType.Q6_K).reshape(rows, cols)
-    return raw, torch.from_numpy(values)
-
-
 def test_finer_gguf_matrices_keep_their_bits_in_an_int4_model(monkeypatch):
     """--quantization auto on a 4-bit file with 6-bit matrices (as Q4_K_M files have): those
-    come as int8 marked finer, and a layer holding one runs int8, its other parts (here a
-    3-bit matrix, read as floats) rounded once, to int8, whatever their order; asked for int4,
-    everything is rounded to 4 bits as before."""
+    come as int8 codes marked finer, and a layer holding one runs int8: its 6-bit and 4-bit
+    parts keep the file's values exactly, other parts (here a 3-bit matrix, read as floats)
+    are rounded once, to int8, whatever their order; asked for int4, everything is rounded
+    to 4 bits as before."""
     from types import SimpleNamespace
 
     from runtime.model import gguf_convert
@@ -383,11 +406,11 @@ def test_finer_gguf_matrices_keep_their_bits_in_an_int4_model(monkeypatch):
     from runtime.model.quantization import read_gguf_weights
 
     rows, cols = 32, 512
-    q_raw, q_values = _q6_k_blocks(rows, cols, seed=1)
-    v_raw, v_values = _q6_k_blocks(rows, cols, seed=2)
+    q_raw, q_values = _k_quant_blocks("Q4_K", rows, cols, seed=1)
+    v_raw, v_values = _k_quant_blocks("Q6_K", rows, cols, seed=2)
     k_values = torch.randn(rows, cols)  # a Q3_K matrix's values: not kept, read as floats
     files = {  # GGUF name: (type, raw blocks, values)
-        "blk.0.attn_q.weight": ("Q6_K", q_raw, q_values),
+        "blk.0.attn_q.weight": ("Q4_K", q_raw, q_values),
         "blk.0.attn_k.weight": ("Q3_K", None, k_values),
         "blk.0.attn_v.weight": ("Q6_K", v_raw, v_values),
     }
@@ -411,11 +434,11 @@ def test_finer_gguf_matrices_keep_their_bits_in_an_int4_model(monkeypatch):
     kept = dict(read_gguf_weights("model.gguf", "int4", keep_precision=True))
     plain = dict(read_gguf_weights("model.gguf", "int4"))
     v_kept = kept["model.layers.0.self_attn.v_proj.weight"]
-    assert v_kept.kind == "int8" and v_kept.finer
-    group_top = v_values.abs().view(rows, -1, 32).amax(dim=2).repeat_interleave(32, dim=1)
-    assert ((v_kept.dequantize() - v_values).abs() <= group_top / 254 + 1e-7).all()
+    assert v_kept.kind == "int8" and v_kept.finer and v_kept.split
+    assert torch.allclose(v_kept.dequantize(), v_values, rtol=1e-6, atol=1e-7)
     assert kept["model.layers.0.self_attn.k_proj.weight"].finer  # the same layer's floats
-    assert isinstance(plain["model.layers.0.self_attn.v_proj.weight"], torch.Tensor)
+    assert not kept["model.layers.0.self_attn.q_proj.weight"].finer  # 4-bit codes
+    assert not plain["model.layers.0.self_attn.v_proj.weight"].finer
 
     names = [f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"]
     dense = torch.cat([q_values, k_values, v_values])
@@ -427,13 +450,22 @@ def test_finer_gguf_matrices_keep_their_bits_in_an_int4_model(monkeypatch):
         layer = ColumnParallelLinear(cols, [rows] * 3, bias=False, quantization="int4")
         for block in order:
             layer.load(block, weights[names[block]])
-        assert layer.matmul.w.kind == kind
+        w = layer.matmul.w
+        assert w.kind == kind
         top = dense.abs().view(3 * rows, -1, 32).amax(dim=2).repeat_interleave(32, dim=1)
-        error = ((layer.matmul.w.dequantize() - dense).abs() / top).max()
-        # int8: one rounding, within 1/254 of a group's largest; int4: 16 levels from the
-        # group's least to its largest, within 1/30 of that span (1/15 of the largest)
-        assert error < (1 / 254 + 1e-6 if kind == "int8" else 1 / 15 + 1e-6), (kind, error)
-    assert error > 0.01  # the 4-bit rounding is what keeping the file's bits avoids
+        error = (w.dequantize() - dense).abs() / top
+        if kind == "int8":  # the file's codes exactly; the floats rounded once (1/254)
+            assert w.split and w.zero is not None
+            assert error[:rows].max() < 1e-6 and error[2 * rows :].max() < 1e-6
+            assert error[rows : 2 * rows].max() < 1 / 254 + 1e-6
+            if qgemv.load() is not None:
+                x = torch.randn(3, cols)
+                ref = x @ dense.T
+                native = layer.matmul.native
+                assert (native(x) - ref).abs().max() / ref.abs().max() < 2e-3
+        else:  # int4: 16 levels from the group's least to its largest (1/15 of the largest)
+            assert error.max() < 1 / 15 + 1e-6
+            assert error.max() > 0.01  # the 4-bit rounding is what keeping the file's bits avoids
 
 
 def test_short_extends_are_query_rows_only_where_the_native_kernel_reads_them():
