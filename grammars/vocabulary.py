@@ -9,7 +9,10 @@ import numpy as np
 from grammars import lazydfa
 from grammars.tokenizer_info import TokenizerInfo
 
-_MAX_CACHED_CHAINS = 64
+# chain layouts and counter prefixes kept per vocabulary: a counter's prefix is one boolean a
+# token for each (byte set, length below the longest token), so a string counter alone takes up
+# to that many (256 x 128 KB at most with a 128k vocabulary)
+_MAX_CACHED_CHAINS = 256
 
 
 class TokenTrie(NamedTuple):
