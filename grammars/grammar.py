@@ -22,6 +22,7 @@ import numpy as np
 
 from grammars import (
     fastcall,
+    horizon,
     lazydfa,
     lazydfa_arrays,
     lazydfa_chain,
@@ -73,6 +74,7 @@ class Machine:
             if name not in self.rule_index:
                 raise GrammarError(f"reference to undefined rule {name!r}")
         self.names = names
+        self.rules = rules  # the rules' expressions, for the lengths horizon.py bounds
         self.root = self.rule_index[root]
         graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
         del nfa  # the arrays hold everything from here on
@@ -185,6 +187,7 @@ class CompiledGrammar:
         self._lock = threading.RLock()
         self._mask_cap = max(256, _MASK_CACHE_BYTES // (4 * vocab.words))
         self._walk_bytes = 0  # held by _walks (packed tokens and candidate ids)
+        self._shared_checks = horizon.SharedChecks(self, vocab.max_len)
         root = machine.rule_start[machine.root]
         with self._lock:
             self.initial = self._single(self._call(pda.stack_of, root, -1))
@@ -292,22 +295,22 @@ class CompiledGrammar:
             frame, candidates = self._walk_frame(g, parent)
             words |= frame
             if len(candidates):
-                self._check_candidates(self._single(sid), candidates, words)
+                found = self._shared_checks.found(sid, g, parent, candidates, self._checked)
+                _set_bits(words, found)
         if self.is_complete(ss):
             _set_bits(words, vocab.eos_ids)
         return words.view("<i4")
 
-    def _check_candidates(self, ss: int, candidates: np.ndarray, words: np.ndarray) -> None:
-        """Set in `words` the bits of the candidate tokens that a walk from `ss` reads to the
-        end: in trie order, each resuming from the state after the bytes it shares with the
-        one before (a prefix that died kills the tokens that share it)."""
+    def _checked(self, sid: int, candidates: np.ndarray) -> np.ndarray:
+        """The candidate tokens that a walk from stack sid reads to the end: in trie order,
+        each resuming from the state after the bytes it shares with the one before (a prefix
+        that died kills the tokens that share it). Memoised by horizon.SharedChecks."""
         vocab = self.vocab
-        candidates = candidates[(words[candidates >> 5] >> (candidates & 31)) & 1 == 0]
+        ss = self._single(sid)
         if len(candidates) < _FEW_CANDIDATES:
             tb = vocab.token_bytes
             found = [tid for tid in candidates.tolist() if self.walk(ss, tb[tid])]
-            _set_bits(words, np.array(found, np.int64))
-            return
+            return np.array(found, np.int64)
         trie = vocab.trie
         rows = np.sort(vocab.row_of[candidates])
         found = np.empty(len(rows), np.int64)
@@ -315,7 +318,7 @@ class CompiledGrammar:
         states[0] = ss
         shared = fastcall.call(lazydfa.shared_prefixes, trie.lcp, rows)
         n = self._call(pda.check_rows, rows, shared, trie.data, trie.ptr, states, found)
-        _set_bits(words, trie.ids[found[:n]])
+        return trie.ids[found[:n]]
 
     def _walk_frame(self, g: int, parent: int) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the

@@ -147,3 +147,66 @@ def test_a_long_length_beside_a_pattern_every_string_matches(checker):
     grammar = checker.compiler.compile_json_schema(schema)
     assert checker.accepts(grammar, json.dumps("é-" * 2048), check_masks=False)
     assert not checker.accepts(grammar, json.dumps("é-" * 2048 + "x"), check_masks=False)
+
+
+def _short_token_compiler() -> GrammarCompiler:
+    """A vocabulary whose longest token has 3 bytes (every byte, and every 2- and 3-byte string
+    over a few characters that strings and their ends are made of), so that blocks of 4
+    characters are longer than any token: the stacks below such blocks then read every token
+    alike (grammars/horizon.py) and the checks of the tokens crossing a block's end are shared
+    between blocks."""
+    import itertools
+
+    from grammars.tokenizer_info import TokenizerInfo
+
+    alphabet = [b"a", b'"', b"\\", b"n", b" ", b"}", b",", b"\xc3", b"\xa9"]
+    tokens = [bytes([b]) for b in range(256)]
+    for n in (2, 3):
+        tokens += [b"".join(p) for p in itertools.product(alphabet, repeat=n)]
+    tokens.append(b"")  # EOS
+    info = TokenizerInfo(
+        tuple(tokens), frozenset({len(tokens) - 1}), frozenset({len(tokens) - 1}), "byte_level"
+    )
+    return GrammarCompiler(info)
+
+
+@pytest.mark.parametrize("block", [4, 1])
+@pytest.mark.parametrize("lo, hi", [(0, 21), (13, None), (5, 30), (26, 41)])
+def test_shared_checks_across_blocks_keep_every_mask_exact(monkeypatch, lo, hi, block):
+    """Masks at every position of strings of several blocks (inside an object, where a token
+    may also close the string and go on) allow exactly what accept_token takes: with blocks
+    longer than every token (4 bytes at least, tokens 3) the checks are shared between blocks;
+    with shorter ones (1) a token may read past a whole block into the state after it (the
+    last block's differs), and they must not be."""
+    monkeypatch.setattr(counted, "_BLOCK", block)
+    monkeypatch.setattr(counted, "_LONG", 13)
+    compiler = _short_token_compiler()
+    inner = {"type": "string", "minLength": lo}
+    if hi is not None:
+        inner["maxLength"] = hi
+    schema = {"type": "object", "properties": {"s": inner, "t": {"type": "integer"}}}
+    grammar = compiler.compile_json_schema(schema, any_whitespace=False)
+    vocab = compiler.vocab
+    assert vocab.max_len == 3
+    index = {t: i for i, t in enumerate(vocab.token_bytes)}
+    for n in sorted({lo, lo + 5, (hi or lo + 9) - 1, hi or lo + 9}):
+        if n < 0:
+            continue
+        doc = json.dumps({"s": _short_text(n), "t": 1}, ensure_ascii=False)
+        data = doc.encode()
+        m = grammar.matcher()
+        at = 0
+        while at < len(data):  # greedy tokens of up to 3 bytes
+            piece = data[at : at + 3] if data[at : at + 3] in index else data[at : at + 1]
+            assert_mask_is_exact(grammar, m.state, (lo, hi, n, at))
+            assert m.accept_token(index[piece]), (lo, hi, n, at)
+            at += len(piece)
+        assert m.accept_token(len(vocab.token_bytes) - 1)
+    behaviours = list(grammar._shared_checks.behaviours.values())
+    if block == 4:  # stacks below blocks read tokens alike
+        assert len(set(behaviours)) < len(behaviours)
+
+
+def _short_text(n: int) -> str:
+    """n characters of a, é, a newline (escaped: 2 bytes) and a quote (escaped)."""
+    return "".join('aé\n"'[i % 4] for i in range(n))
