@@ -74,7 +74,6 @@ class Machine:
             if name not in self.rule_index:
                 raise GrammarError(f"reference to undefined rule {name!r}")
         self.names = names
-        self.rules = rules  # the rules' expressions, for the lengths horizon.py bounds
         self.root = self.rule_index[root]
         graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
         del nfa  # the arrays hold everything from here on

@@ -19,60 +19,36 @@ from __future__ import annotations
 
 import numpy as np
 
-_UNBOUNDED = 1 << 40  # the length of a rule with no strings at all
 _MAX_SIGNATURES = 4096  # distinct state signatures kept, then every memo starts over
 _MAX_CHECKED_BYTES = 8 << 20  # candidate ids kept
 
 
-def min_length(node, rules: dict, memo: dict, active: set) -> int:
-    """A lower bound of the length in bytes of every string of `node` (exact but for rules
-    that reference themselves, counted from 0 at the inner reference; unknown nodes 0)."""
-    kind = node[0]
-    if kind == "b":
-        return 1 if node[1] else _UNBOUNDED
-    if kind == "cat":
-        return sum(min_length(child, rules, memo, active) for child in node[1])
-    if kind == "alt":
-        return min(
-            (min_length(child, rules, memo, active) for child in node[1]), default=_UNBOUNDED
-        )
-    if kind == "rep":
-        return node[2] * min_length(node[1], rules, memo, active) if node[2] else 0
-    if kind == "dfa":
-        return _dfa_min_length(node[1])
-    if kind == "nt":
-        name = node[1]
-        if name in memo:
-            return memo[name]
-        if name in active or name not in rules:
-            return 0
-        active.add(name)
-        memo[name] = min_length(rules[name], rules, memo, active)
-        active.discard(name)
-        return memo[name]
-    return 0  # members of an object, fragments: no bound claimed
-
-
-def _dfa_min_length(dfa) -> int:
-    """The shortest accepted length of an EagerDFA, kept on it (DFAs are shared by rules)."""
-    hit = getattr(dfa, "_min_length", None)
-    if hit is None:
-        trans, accept = dfa.trans, dfa.accept
-        seen, level, n = {dfa.start}, [dfa.start], 0
-        hit = _UNBOUNDED
-        while level:
-            if any(accept[s] for s in level):
-                hit = n
-                break
-            nxt = []
-            for s in level:
-                for _, t in trans[s]:
-                    if t not in seen:
-                        seen.add(t)
-                        nxt.append(t)
-            level, n = nxt, n + 1
-        dfa._min_length = hit
-    return hit
+def no_string_shorter(machine, start: int, n: int) -> bool:
+    """Whether no string read from DFA state `start` to a state where its rule may end has
+    fewer than n bytes (rules it pushes counted as empty: a lower bound). A breadth-first walk
+    of at most n levels, building the states it meets."""
+    seen, level = {start}, [start]
+    for _ in range(n):
+        i = 0
+        while i < len(level):  # the states a push's return adds at no cost
+            s = level[i]
+            i += 1
+            machine.live(s)  # built: its row and pushes
+            dfa = machine.dfa
+            if dfa.accept[s]:
+                return False
+            first = int(dfa.push_start[s])
+            for t in dfa.push_ret[first : first + int(dfa.push_count[s])].tolist():
+                if t not in seen:
+                    seen.add(t)
+                    level.append(t)
+        table = machine.dfa.table
+        targets = np.unique(table[np.array(level)]).tolist()
+        level = [t for t in targets if t and t not in seen]
+        seen.update(level)
+        if not level:  # nothing new within reach: no accepting state at all
+            return True
+    return True
 
 
 class SharedChecks:
@@ -86,7 +62,6 @@ class SharedChecks:
         self.behaviours: dict[int, tuple | int] = {}  # stack -> behaviour key
         self.signatures: dict[int, int] = {}  # DFA state -> signature number
         self.signature_ids: dict[tuple, int] = {}
-        self.lengths: dict[str, int] = {}  # rule name -> min_length
         self.long_rules: dict[int, bool] = {}  # rule number -> every string >= horizon bytes
 
     def found(self, sid: int, g: int, parent: int, candidates: np.ndarray, check) -> np.ndarray:
@@ -138,10 +113,6 @@ class SharedChecks:
         hit = self.long_rules.get(rule)
         if hit is None:
             machine = self.grammar.machine
-            node = ("nt", machine.names[rule])
-            try:
-                length = min_length(node, machine.rules, self.lengths, set())
-            except RecursionError:  # a very deep rule: no bound claimed
-                length = 0
-            hit = self.long_rules[rule] = length >= self.horizon
+            start = int(machine.rule_start[rule])
+            hit = self.long_rules[rule] = no_string_shorter(machine, start, self.horizon)
         return hit
