@@ -80,6 +80,13 @@ class Machine:
         self.arrays = nfa_passes.frozen(graph, names, self.root, starts, finals)
         self.has_pushes = bool(len(self.arrays.nt_tgt))
         self.dfa, self.rule_start = lazydfa_arrays.started_dfa(self.arrays, starts)
+        # the least length of each rule that is one embedded DFA (json_schema/counted.py's
+        # blocks of long strings), which horizon.SharedChecks compares with the longest token
+        self.dfa_min_lengths = {
+            self.rule_index[name]: horizon.dfa_min_length(body[1])
+            for name, body in rules.items()
+            if body[0] == "dfa"
+        }
         self._live: dict[int, array] = {}
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
@@ -186,7 +193,8 @@ class CompiledGrammar:
         self._lock = threading.RLock()
         self._mask_cap = max(256, _MASK_CACHE_BYTES // (4 * vocab.words))
         self._walk_bytes = 0  # held by _walks (packed tokens and candidate ids)
-        self._shared_checks = horizon.SharedChecks(self, vocab.max_len)
+        self._shared_checks = horizon.SharedChecks(machine, vocab.max_len)  # no cycle: freed
+        # with the grammar as soon as the last reference goes
         root = machine.rule_start[machine.root]
         with self._lock:
             self.initial = self._single(self._call(pda.stack_of, root, -1))
@@ -293,9 +301,14 @@ class CompiledGrammar:
             g, parent = self._frame(sid)
             frame, candidates = self._walk_frame(g, parent)
             words |= frame
-            if len(candidates):
-                found = self._shared_checks.found(sid, g, parent, candidates, self._checked)
-                _set_bits(words, found)
+            if not len(candidates):
+                continue
+            shared = self._shared_checks
+            if shared.applies(self, parent):
+                _set_bits(words, shared.found(self, sid, g, parent, candidates))
+            else:  # those another stack allowed need no check
+                candidates = candidates[(words[candidates >> 5] >> (candidates & 31)) & 1 == 0]
+                _set_bits(words, self._checked(sid, candidates))
         if self.is_complete(ss):
             _set_bits(words, vocab.eos_ids)
         return words.view("<i4")

@@ -7,7 +7,9 @@ of at most `horizon` bytes (the vocabulary's longest), is described by its paren
 its own state's moves: whether it may end, where each byte leads, and which rules it pushes,
 with the state each returns to, except where the rule's every string has at least `horizon`
 bytes (a token read into such a rule never returns from it, so the state it would return to
-never matters).
+never matters). Only rules that are one embedded DFA are measured (Machine.dfa_min_lengths);
+checks are shared only below states that push such a long rule, and elsewhere run as before,
+skipping the tokens another stack of the mask already allowed.
 
 That is what makes strings of thousands of characters cheap (json_schema/counted.py counts them
 in pushed blocks of 128): at every position of every block the stack below differs (the number
@@ -23,54 +25,54 @@ _MAX_SIGNATURES = 4096  # distinct state signatures kept, then every memo starts
 _MAX_CHECKED_BYTES = 8 << 20  # candidate ids kept
 
 
-def no_string_shorter(machine, start: int, n: int) -> bool:
-    """Whether no string read from DFA state `start` to a state where its rule may end has
-    fewer than n bytes (rules it pushes counted as empty: a lower bound). A breadth-first walk
-    of at most n levels, building the states it meets."""
-    seen, level = {start}, [start]
-    for _ in range(n):
-        i = 0
-        while i < len(level):  # the states a push's return adds at no cost
-            s = level[i]
-            i += 1
-            machine.live(s)  # built: its row and pushes
-            dfa = machine.dfa
-            if dfa.accept[s]:
-                return False
-            first = int(dfa.push_start[s])
-            for t in dfa.push_ret[first : first + int(dfa.push_count[s])].tolist():
-                if t not in seen:
-                    seen.add(t)
-                    level.append(t)
-        table = machine.dfa.table
-        targets = np.unique(table[np.array(level)]).tolist()
-        level = [t for t in targets if t and t not in seen]
-        seen.update(level)
-        if not level:  # nothing new within reach: no accepting state at all
-            return True
-    return True
+def dfa_min_length(dfa) -> int:
+    """The shortest accepted length in bytes of an EagerDFA (1 << 40 where it accepts
+    nothing), kept on it: the DFAs of counted strings are shared by every grammar using them."""
+    hit = getattr(dfa, "_min_length", None)
+    if hit is None:
+        trans, accept = dfa.trans, dfa.accept
+        seen, level, hit = {dfa.start}, [dfa.start], 0
+        while level and not any(accept[s] for s in level):
+            level = [t for s in level for _, t in trans[s] if t not in seen and not seen.add(t)]
+            hit += 1
+        hit = dfa._min_length = hit if level else 1 << 40
+    return hit
 
 
 class SharedChecks:
     """The candidate checks of one compiled grammar, memoised by (frame state, behaviour of the
-    stack below). Called under the grammar's lock."""
+    stack below), where the stack below may push a rule longer than every token (the only
+    case where stacks that differ read tokens alike, in practice). Called under the grammar's
+    lock."""
 
-    def __init__(self, grammar, horizon: int):
-        self.grammar, self.horizon = grammar, horizon
+    def __init__(self, machine, horizon: int):
+        lengths = machine.dfa_min_lengths
+        self.long = {rule for rule, n in lengths.items() if n >= horizon}
         self.checked: dict[tuple, np.ndarray] = {}
         self.checked_bytes = 0
+        self.pushes_long: dict[int, bool] = {}  # DFA state -> it pushes a rule of self.long
         self.behaviours: dict[int, tuple | int] = {}  # stack -> behaviour key
         self.signatures: dict[int, int] = {}  # DFA state -> signature number
         self.signature_ids: dict[tuple, int] = {}
-        self.long_rules: dict[int, bool] = {}  # rule number -> every string >= horizon bytes
 
-    def found(self, sid: int, g: int, parent: int, candidates: np.ndarray, check) -> np.ndarray:
+    def applies(self, grammar, parent: int) -> bool:
+        """Whether the stack below (-1: none) may push a rule longer than every token."""
+        if not self.long or parent < 0:
+            return False
+        g = grammar._frame(parent)[0]
+        hit = self.pushes_long.get(g)
+        if hit is None:
+            rules, _ = _pushes(grammar.machine, g)
+            hit = self.pushes_long[g] = any(r in self.long for r in rules)
+        return hit
+
+    def found(self, grammar, sid: int, g: int, parent: int, candidates: np.ndarray) -> np.ndarray:
         """The ids of `candidates` (tokens leaving frame state g of stack sid) that stack sid
-        reads to the end: check(sid, candidates) once per (g, behaviour of parent)."""
-        key = (g, self.behaviour(parent))
+        reads to the end: grammar._checked(sid, candidates) once per (g, behaviour of parent)."""
+        key = (g, self.behaviour(grammar, parent))
         hit = self.checked.get(key)
         if hit is None:
-            hit = check(sid, candidates)
+            hit = grammar._checked(sid, candidates)
             if self.checked_bytes + hit.nbytes > _MAX_CHECKED_BYTES:
                 self.checked.clear()
                 self.checked_bytes = 0
@@ -78,27 +80,23 @@ class SharedChecks:
             self.checked_bytes += hit.nbytes
         return hit
 
-    def behaviour(self, sid: int) -> tuple | int:
+    def behaviour(self, grammar, sid: int) -> tuple | int:
         if sid < 0:
             return -1
         hit = self.behaviours.get(sid)
         if hit is None:
-            g, parent = self.grammar._frame(sid)
-            hit = self.behaviours[sid] = (self.signature(g), parent)
+            g, parent = grammar._frame(sid)
+            hit = self.behaviours[sid] = (self.signature(grammar.machine, g), parent)
         return hit
 
-    def signature(self, g: int) -> int:
+    def signature(self, machine, g: int) -> int:
         """A number shared by the DFA states whose moves are alike (see the module's doc)."""
         hit = self.signatures.get(g)
         if hit is not None:
             return hit
-        machine = self.grammar.machine
-        machine.live(g)  # materialised: its row and pushes
+        rules, returns = _pushes(machine, g)
+        pushes = tuple((r, -1 if r in self.long else t) for r, t in zip(rules, returns))
         dfa = machine.dfa
-        start, count = int(dfa.push_start[g]), int(dfa.push_count[g])
-        rules = dfa.push_rule[start : start + count].tolist()
-        returns = dfa.push_ret[start : start + count].tolist()
-        pushes = tuple((r, -1 if self._long(r) else t) for r, t in zip(rules, returns))
         key = (bool(dfa.accept[g]), dfa.table[g].tobytes(), pushes)
         if len(self.signature_ids) >= _MAX_SIGNATURES:  # numbers are about to be reused
             self.signature_ids.clear()
@@ -109,10 +107,10 @@ class SharedChecks:
         hit = self.signatures[g] = self.signature_ids.setdefault(key, len(self.signature_ids))
         return hit
 
-    def _long(self, rule: int) -> bool:
-        hit = self.long_rules.get(rule)
-        if hit is None:
-            machine = self.grammar.machine
-            start = int(machine.rule_start[rule])
-            hit = self.long_rules[rule] = no_string_shorter(machine, start, self.horizon)
-        return hit
+
+def _pushes(machine, g: int) -> tuple[list[int], list[int]]:
+    """The rules DFA state g pushes and the states they return to (g built first)."""
+    machine.live(g)
+    dfa = machine.dfa
+    start, stop = int(dfa.push_start[g]), int(dfa.push_start[g] + dfa.push_count[g])
+    return dfa.push_rule[start:stop].tolist(), dfa.push_ret[start:stop].tolist()
