@@ -30,6 +30,7 @@ from grammars import (
     nfa_passes,
     pda,
 )
+from grammars.array_dfa import LazyDFA
 from grammars.automaton import NFA
 from grammars.errors import GrammarError
 from grammars.tokenizer_info import TokenizerInfo
@@ -85,7 +86,7 @@ class Machine:
         self.dfa_min_lengths = {
             self.rule_index[name]: horizon.dfa_min_length(body[1])
             for name, body in rules.items()
-            if body[0] == "dfa"
+            if body[0] == "dfa" and not isinstance(body[1], LazyDFA)  # not determinised here
         }
         self._live: dict[int, array] = {}
 

@@ -9,10 +9,11 @@ import numpy as np
 from grammars import lazydfa
 from grammars.tokenizer_info import TokenizerInfo
 
-# chain layouts and counter prefixes kept per vocabulary: a counter's prefix is one boolean a
-# token for each (byte set, length below the longest token), so a string counter alone takes up
-# to that many (256 x 128 KB at most with a 128k vocabulary)
-_MAX_CACHED_CHAINS = 256
+_MAX_CACHED_CHAINS = 64  # chain layouts kept per vocabulary
+# counter prefixes kept: one boolean a token for each (byte set, length below the longest
+# token), so a string counter alone takes up to that many (256 x 128 KB at most with a 128k
+# vocabulary)
+_MAX_CACHED_PREFIXES = 256
 
 
 class TokenTrie(NamedTuple):
@@ -157,7 +158,7 @@ class Vocabulary:
         key = (in_mask.tobytes(), length)
         hit = self._prefixes.get(key)
         if hit is None:
-            if len(self._prefixes) >= _MAX_CACHED_CHAINS:
+            if len(self._prefixes) >= _MAX_CACHED_PREFIXES:
                 self._prefixes.clear()
             self.chain_layout(in_mask)
             whole = self._wholes[(in_mask.tobytes(), False)]

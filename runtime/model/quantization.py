@@ -466,7 +466,7 @@ class QuantizedMatmul:
     def nbytes(self) -> int:
         """Bytes this weight holds (codes, scales and any kernel-specific copy)."""
         parts = [self.w.q, self.w.scale, self.w.zero, self.tiles]
-        if self.native is not None:
+        if self.native is not None and self.w.kind == "int4":  # int8's m is w.zero itself
             parts += [self.native.m]
         else:
             parts += [self.packed, self.scales]
