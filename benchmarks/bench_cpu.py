@@ -8,6 +8,7 @@ one sequence at a time, so its batch figures are its single stream. Prints a tab
 with one JSON line.
 
     python benchmarks/bench_cpu.py [--rounds 1] [--threads 2] [--engines radixgen-int4,...]
+        [--model smollm2 | path/to/model.gguf]
 
 llama.cpp: `pip install llama-cpp-python` (builds from source in ~10 minutes; add
 CMAKE_ARGS="-DGGML_NATIVE=ON" for this CPU's instructions); skipped when not installed.
@@ -71,7 +72,7 @@ def run_radixgen(name: str, args) -> dict:
 
     settings = ENGINES[name]
     threads = max(1, args.threads // settings.get("tp_size", 1))
-    engine = Engine(model_path="smollm2", log_level="warning", cpu_threads=threads, **settings)
+    engine = Engine(model_path=args.model, log_level="warning", cpu_threads=threads, **settings)
     figures = {"rss_after_load_mb": current_rss_mb()}
     try:
         engine.generate(input_ids=[3000, 3001, 3002], sampling_params={"max_new_tokens": 2})
@@ -99,7 +100,7 @@ def run_transformers(name: str, args) -> dict:
 
     torch.set_num_threads(args.threads)
     model = AutoModelForCausalLM.from_pretrained(
-        resolve_model_path("smollm2"), dtype=torch.bfloat16
+        resolve_model_path(args.model), dtype=torch.bfloat16
     ).eval()
     figures = {"rss_after_load_mb": current_rss_mb()}
     with torch.inference_mode():
@@ -127,10 +128,10 @@ def run_transformers(name: str, args) -> dict:
 def run_llama_cpp(name: str, args) -> dict:
     from llama_cpp import Llama
 
-    from runtime.model.loader import alias_gguf_path
+    from runtime.model.loader import gguf_file
 
     llm = Llama(
-        model_path=alias_gguf_path("smollm2"),
+        model_path=gguf_file(args.model),
         n_ctx=4096,
         n_batch=512,
         n_threads=args.threads,
@@ -177,7 +178,7 @@ def available(name: str) -> bool:
 def measure(name: str, args) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--worker", name]
     command += ["--threads", str(args.threads), "--tokens", str(args.tokens)]
-    command += ["--batch-tokens", str(args.batch_tokens)]
+    command += ["--batch-tokens", str(args.batch_tokens), "--model", args.model]
     env = {**os.environ, **ENVIRONMENTS.get(name, {})}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -193,6 +194,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64, help="new tokens at batch 1")
     parser.add_argument("--batch-tokens", type=int, default=32, help="new tokens per stream")
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--model", default="smollm2", help="the alias or a .gguf file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
