@@ -317,7 +317,8 @@ class CompiledGrammar:
     def _checked(self, sid: int, candidates: np.ndarray) -> np.ndarray:
         """The candidate tokens that a walk from stack sid reads to the end: in trie order,
         each resuming from the state after the bytes it shares with the one before (a prefix
-        that died kills the tokens that share it). Memoised by horizon.SharedChecks."""
+        that died kills the tokens that share it). Memoised by horizon.SharedChecks where it
+        applies."""
         vocab = self.vocab
         ss = self._single(sid)
         if len(candidates) < _FEW_CANDIDATES:

@@ -193,12 +193,8 @@ def from_gguf_q4_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
     differ from the file's by one float32 rounding). Bytes 32c..32c+31 of the codes hold
     groups 2c (low nibbles) and 2c + 1 (high nibbles)."""
     raw = np.ascontiguousarray(blocks).reshape(rows, cols // 256, 144)
-    d, dmin = _halves(raw, 0)[..., None], _halves(raw, 2)[..., None]
-    sc, mn = _k_scales(raw, 4)
-    scale = (d * sc.astype(np.float32)).reshape(rows, cols // GROUP)
-    m = -(dmin * mn.astype(np.float32)).reshape(rows, cols // GROUP)
-    qs = raw[..., 16:].reshape(rows, cols // 256, 4, 1, 32)
-    codes = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(rows, cols)
+    scale, m, codes = _k_groups(raw, 16)
+    codes = codes.reshape(rows, cols)
     return _int4(pack_int4(torch.from_numpy(np.ascontiguousarray(codes))), scale, m)
 
 
@@ -225,13 +221,21 @@ def in_one_form(parts: list[QuantizedTensor]) -> list[QuantizedTensor]:
     return [widened(p, split, zero) for p in parts]
 
 
-def _k_scales(raw: np.ndarray, at: int) -> tuple[np.ndarray, np.ndarray]:
-    """The 8 six-bit scales and minimums of K-quant super-blocks (Q4_K, Q5_K) packed in the 12
-    bytes from `at` of each block of `raw` [rows, blocks, bytes], as uint8 [rows, blocks, 8]."""
-    low, mid, high = raw[..., at : at + 4], raw[..., at + 4 : at + 8], raw[..., at + 8 : at + 12]
+def _k_groups(raw: np.ndarray, nibbles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What Q4_K and Q5_K super-blocks (`raw` [rows, blocks, bytes]) share: f16 d and dmin, 12
+    bytes of 6-bit scales and minimums from byte 4, and 128 bytes of low nibbles from byte
+    `nibbles` (bytes 32c..32c+31 hold groups 2c (low) and 2c + 1 (high)). Returns the groups'
+    scale d * sc and zero -dmin * mn [rows, groups] and the nibbles [rows, blocks, 8, 32]."""
+    rows, blocks = raw.shape[:2]
+    d, dmin = _halves(raw, 0)[..., None], _halves(raw, 2)[..., None]
+    low, mid, high = raw[..., 4:8], raw[..., 8:12], raw[..., 12:16]
     sc = np.concatenate([low & 63, (high & 15) | ((low >> 6) << 4)], axis=-1)
     mn = np.concatenate([mid & 63, (high >> 4) | ((mid >> 6) << 4)], axis=-1)
-    return sc, mn
+    scale = (d * sc.astype(np.float32)).reshape(rows, blocks * 8)
+    zero = -(dmin * mn.astype(np.float32)).reshape(rows, blocks * 8)
+    qs = raw[..., nibbles : nibbles + 128].reshape(rows, blocks, 4, 1, 32)
+    codes = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(rows, blocks, 8, 32)
+    return scale, zero, codes
 
 
 def from_gguf_q5_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
@@ -241,14 +245,9 @@ def from_gguf_q5_k(blocks: np.ndarray, rows: int, cols: int) -> QuantizedTensor:
     nibbles hold groups 2c (low) and 2c + 1 (high); bit 2c (2c + 1) of byte l of the fifth bits
     is the high bit of element l of group 2c (2c + 1)."""
     raw = np.ascontiguousarray(blocks).reshape(rows, cols // 256, 176)
-    d, dmin = _halves(raw, 0)[..., None], _halves(raw, 2)[..., None]
-    sc, mn = _k_scales(raw, 4)
+    scale, zero, low = _k_groups(raw, 48)
     high = raw[..., 16:48][:, :, None, :] >> np.arange(8, dtype=np.uint8)[:, None] & 1
-    qs = raw[..., 48:].reshape(rows, cols // 256, 4, 1, 32)
-    low = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(rows, cols // 256, 8, 32)
     codes = (low | (high << 4)).astype(np.int8).reshape(rows, cols)
-    scale = (d * sc.astype(np.float32)).reshape(rows, cols // GROUP)
-    zero = -(dmin * mn.astype(np.float32)).reshape(rows, cols // GROUP)
     return QuantizedTensor(
         "int8", torch.from_numpy(codes), torch.from_numpy(scale), torch.from_numpy(zero)
     )
@@ -327,9 +326,8 @@ def from_gguf_blocks(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -
     }.get(kind_name)
     if parse is not None:
         return parse(blocks, rows, cols)
-    if kind_name.startswith("Q5"):
-        return from_gguf_q5(blocks, kind_name, rows, cols)
-    return from_gguf_q4(blocks, kind_name, rows, cols)
+    by_bits = from_gguf_q5 if kind_name in ("Q5_0", "Q5_1") else from_gguf_q4
+    return by_bits(blocks, kind_name, rows, cols)
 
 
 def read_gguf_weights(gguf_path: str, kind: str, keep_precision: bool = False):
@@ -466,8 +464,8 @@ class QuantizedMatmul:
     def nbytes(self) -> int:
         """Bytes this weight holds (codes, scales and any kernel-specific copy)."""
         parts = [self.w.q, self.w.scale, self.w.zero, self.tiles]
-        if self.native is not None and self.w.kind == "int4":  # int8's m is w.zero itself
-            parts += [self.native.m]
-        else:
+        if self.native is None:
             parts += [self.packed, self.scales]
+        elif self.w.kind == "int4":  # int8's m is w.zero itself
+            parts += [self.native.m]
         return sum(t.numel() * t.element_size() for t in parts if t is not None)
