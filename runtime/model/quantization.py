@@ -178,11 +178,12 @@ def _int4(q: torch.Tensor, scale: np.ndarray, m: np.ndarray) -> QuantizedTensor:
 
 def from_gguf_q4(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -> QuantizedTensor:
     """A GGUF Q4_0 / Q4_1 tensor (raw bytes, a row of blocks per weight row) as int4: its own
-    codes and scales. Q4_0 block: f16 d, 16 bytes; Q4_1 block: f16 d, f16 m, 16 bytes."""
+    codes and scales. Q4_0 block: f16 d, 16 bytes (w = d * (q - 8)); Q4_1 block: f16 d, f16 m,
+    16 bytes (w = d * q + m)."""
     head = 2 if kind_name == "Q4_0" else 4
     raw = np.ascontiguousarray(blocks).reshape(rows, cols // GROUP, head + GROUP // 2)
     d = _halves(raw, 0)
-    m = _halves(raw, 2) if head == 4 else 0 * d
+    m = _halves(raw, 2) if head == 4 else -8 * d
     return _int4(torch.from_numpy(raw[:, :, head:].reshape(rows, cols // 2).copy()), d, m)
 
 
@@ -332,9 +333,9 @@ def from_gguf_blocks(blocks: np.ndarray, kind_name: str, rows: int, cols: int) -
 
 def read_gguf_weights(gguf_path: str, kind: str, keep_precision: bool = False):
     """Yield (Hugging Face name, weight) straight from a GGUF file: a QuantizedTensor of the
-    file's own codes for each matrix of EXACT_TYPES (all of them for int4; Q8_0 alone for
-    int8), else a float32 tensor. A layer given codes of the other kind rounds their values
-    to its own (runtime/model/layers.py). With `keep_precision` (--quantization auto) an int4
+    file's own codes for each matrix of EXACT_TYPES, else a float32 tensor. An int8 layer
+    widens int4 codes exactly; an int4 layer rounds int8 codes to int4 unless they are
+    `finer` (runtime/model/layers.py). With `keep_precision` (--quantization auto) an int4
     model keeps the precision of matrices of more bits: Q5_K, Q6_K and Q8_0 codes come marked
     `finer`, and so does every float part (as int8 groups of its values) of a layer holding
     one of those or a FINER_TYPES matrix, so that each value of such a layer is rounded at
@@ -343,7 +344,7 @@ def read_gguf_weights(gguf_path: str, kind: str, keep_precision: bool = False):
 
     reader, config, arch = open_gguf(gguf_path)
     finer = keep_precision and kind == "int4"
-    keep = tuple(t for t, k in EXACT_TYPES.items() if kind == "int4" or k == kind)
+    keep = tuple(EXACT_TYPES)
     finer_layers = set()
     if finer:  # the layers (q|k|v and gate|up merged) that run int8
         for t in reader.tensors:

@@ -1,6 +1,6 @@
-"""Test support: GGUF K-quant blocks written from float values (Q4_K, Q5_K, Q6_K; Q5_0, Q5_1
-and Q8_0 by gguf's quantizer), and a copy of a GGUF file with some tensors re-encoded, for end-to-end runs of K-quant files without
-shipping one. The encoders round simply (a scale from each run's extremes), not with
+"""Test support: GGUF K-quant blocks written from float values (Q4_K, Q5_K, Q6_K; Q4_0, Q5_0,
+Q5_1 and Q8_0 by gguf's quantizer), and a copy of a GGUF file with some tensors re-encoded,
+for end-to-end runs of K-quant files without shipping one. The encoders round simply (a scale from each run's extremes), not with
 llama.cpp's search: what the tests check is that the engine computes with the written values.
 """
 
@@ -81,7 +81,7 @@ def encode_q6_k(x: np.ndarray) -> np.ndarray:
 
 
 def _gguf_encoder(kind: str):
-    """gguf's own quantizer, for the types it writes (Q5_0, Q5_1, Q8_0)."""
+    """gguf's own quantizer, for the types it writes (Q4_0, Q5_0, Q5_1, Q8_0)."""
 
     def encode(x: np.ndarray) -> np.ndarray:
         from gguf import GGMLQuantizationType
@@ -93,7 +93,7 @@ def _gguf_encoder(kind: str):
 
 
 ENCODERS = {"Q4_K": encode_q4_k, "Q5_K": encode_q5_k, "Q6_K": encode_q6_k}
-ENCODERS.update({kind: _gguf_encoder(kind) for kind in ("Q5_0", "Q5_1", "Q8_0")})
+ENCODERS.update({kind: _gguf_encoder(kind) for kind in ("Q4_0", "Q5_0", "Q5_1", "Q8_0")})
 
 
 def rewrite_gguf(src: str, dst: str, types: dict[str, str]) -> None:

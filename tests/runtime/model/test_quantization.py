@@ -73,7 +73,7 @@ def _k_quant_blocks(kind_name: str, rows: int, cols: int, seed: int = 0):
     from gguf.quants import dequantize
 
     rng = np.random.default_rng(seed)
-    if kind_name in ("Q5_0", "Q5_1"):  # gguf writes these itself
+    if kind_name in GGUF_WRITES:
         from gguf.quants import quantize
 
         values = rng.standard_normal((rows, cols)).astype(np.float32) * 0.05
@@ -93,10 +93,14 @@ def _k_quant_blocks(kind_name: str, rows: int, cols: int, seed: int = 0):
     return raw, torch.from_numpy(values)
 
 
-@pytest.mark.parametrize("kind_name", ["Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"])
-def test_k_quant_blocks_become_codes_equal_to_the_files_values(kind_name):
-    """Q4_K as int4 (groups of 32 with a zero point), Q5_K and Q5_1 as int8 codes 0..31 with
-    a zero point, Q5_0 as codes -16..15, Q6_K as int8 codes with a scale per 16: the file's
+GGUF_WRITES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")  # gguf's own quantizers make these
+
+
+@pytest.mark.parametrize("kind_name", ["Q4_K", "Q5_K", "Q6_K", *GGUF_WRITES])
+def test_gguf_blocks_become_codes_equal_to_the_files_values(kind_name):
+    """Q4_0 (w = d * (q - 8)), Q4_1 and Q4_K as int4 (groups of 32 with a zero point), Q5_K
+    and Q5_1 as int8 codes 0..31 with a zero point, Q5_0 as codes -16..15, Q8_0 as its int8
+    codes, Q6_K as int8 codes with a scale per 16: the file's
     own values, up to one float32 rounding, read alike by every kernel (AVX2 and, where
     present, AVX-512 VNNI) at every row count."""
     rows, cols = 48, 768  # three super-blocks a row; 48 rows: bf16 tiles where present
