@@ -89,6 +89,7 @@ class Machine:
             if body[0] == "dfa" and not isinstance(body[1], LazyDFA)  # not determinised here
         }
         self._live: dict[int, array] = {}
+        self._utf8_memo = np.zeros((0, 2), np.int64)  # lazydfa_chain._utf8_step's
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
     def _run(self, kernel, *args):
@@ -134,17 +135,32 @@ class Machine:
         if candidates is None or len(candidates) < vocab.size:
             candidates = _scratch.candidates = np.empty(vocab.size, np.int64)
         track = bool(self.has_pushes or can_pop)
-        info = np.zeros(4, np.int64)
+        info = np.zeros(5, np.int64)
         in_chain = np.empty(256, np.bool_)
-        self._run(lazydfa_chain.chain_info, g, can_pop, vocab.max_len, info, in_chain)
+        if len(self._utf8_memo) < len(self.dfa.table):
+            memo = np.zeros((len(self.dfa.table), 2), np.int64)
+            memo[: len(self._utf8_memo)] = self._utf8_memo
+            self._utf8_memo = memo
+        self._run(
+            lazydfa_chain.chain_info,
+            g,
+            can_pop,
+            vocab.max_len,
+            info,
+            in_chain,
+            self._utf8_memo,
+            follow if can_pop else _NO_FOLLOW,
+        )
         slots = info.tolist()
         hub, length = slots[lazydfa_chain.HUB], slots[lazydfa_chain.LENGTH]
         utf8, utf8_from_g = slots[lazydfa_chain.UTF8], slots[lazydfa_chain.UTF8_FROM_G]
+        chars = slots[lazydfa_chain.CHARS]
         layout = vocab.chain_layout(in_chain, bool(utf8))
         prefix, long_rows = _NO_PREFIX
-        if hub and 0 < length < vocab.max_len:  # a counter's prefix, however short: a
-            # counter's last states otherwise walked the whole trie (~0.4 ms with SmolLM2)
-            prefix, long_rows = vocab.chain_prefix(in_chain, length)
+        if hub and length > 0 and (length < vocab.max_len or chars):  # a counter's prefix,
+            # however short: a counter's last states otherwise walked the whole trie (~0.4 ms
+            # with SmolLM2), and one of characters its multi-byte tokens (~1.5 ms, Llama-3)
+            prefix, long_rows = vocab.chain_prefix(in_chain, length, chars)
         n_cand = self._run(
             lazydfa_walk.walk,
             g,
@@ -161,6 +177,7 @@ class Machine:
             candidates,
             prefix,
             long_rows,
+            chars > 0,
         )
         return (
             vocab.pack(allowed).view(np.uint32),
@@ -309,6 +326,9 @@ class CompiledGrammar:
                 _set_bits(words, shared.found(self, sid, g, parent, candidates))
             else:  # those another stack allowed need no check
                 candidates = candidates[(words[candidates >> 5] >> (candidates & 31)) & 1 == 0]
+                if parent >= 0 and len(candidates):
+                    found, candidates = self._checked_by_pops(g, parent, candidates)
+                    _set_bits(words, found)
                 _set_bits(words, self._checked(sid, candidates))
         if self.is_complete(ss):
             _set_bits(words, vocab.eos_ids)
@@ -330,9 +350,28 @@ class CompiledGrammar:
         found = np.empty(len(rows), np.int64)
         states = np.empty(vocab.max_len + 1, np.int64)
         states[0] = ss
-        shared = fastcall.call(lazydfa.shared_prefixes, trie.lcp, rows)
+        shared = fastcall.call(lazydfa.shared_prefixes, trie.data, trie.ptr, rows)
         n = self._call(pda.check_rows, rows, shared, trie.data, trie.ptr, states, found)
         return trie.ids[found[:n]]
+
+    def _follow(self, parent: int) -> np.ndarray:
+        """The bytes stack `parent` can read, as 256 booleans."""
+        follow = np.zeros(256, np.bool_)
+        follow[self.live_bytes(self._single(parent))] = True
+        return follow
+
+    def _checked_by_pops(self, g: int, parent: int, candidates: np.ndarray):
+        """(the candidates read to the end by leaving frame g for the stack below, those that
+        need the whole stack: a push could continue them): pda.check_pops."""
+        vocab = self.vocab
+        follow = self._follow(parent)
+        trie = vocab.trie
+        rows = np.sort(vocab.row_of[candidates])
+        shared = fastcall.call(lazydfa.shared_prefixes, trie.data, trie.ptr, rows)
+        verdict = np.empty(len(rows), np.int8)
+        below = self._single(parent)
+        self._call(pda.check_pops, g, below, follow, rows, shared, trie.data, trie.ptr, verdict)
+        return trie.ids[rows[verdict == 1]], trie.ids[rows[verdict == 2]]
 
     def _walk_frame(self, g: int, parent: int) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the
@@ -340,10 +379,7 @@ class CompiledGrammar:
         byte, a state where a push, or a pop followed by a byte the frame below (parent) can
         read, could have saved them (to be checked exactly; pushes and pops before the first
         byte are other stacks of the closure, walked on their own)."""
-        follow = None
-        if parent >= 0:
-            follow = np.zeros(256, np.bool_)
-            follow[self.live_bytes(self._single(parent))] = True
+        follow = None if parent < 0 else self._follow(parent)
         key = (g, None if follow is None else follow.tobytes())
         hit = self._walks.get(key)
         if hit is None:

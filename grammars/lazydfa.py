@@ -333,13 +333,17 @@ def subtree_ends(ptr, lcp):
 
 
 @njit(cache=True, nogil=True)
-def shared_prefixes(lcp, rows):
-    """For a subsequence `rows` of a trie's rows: the bytes each shares with the one before."""
+def shared_prefixes(data, ptr, rows):
+    """For a subsequence `rows` of a trie's rows (data[ptr[j]:ptr[j + 1]] each): the bytes
+    each shares with the one before, compared directly (the trie's lcp over the rows between
+    would scan up to the whole vocabulary when the rows are few and far apart)."""
     out = np.zeros(rows.shape[0], np.int64)
     for k in range(1, rows.shape[0]):
-        m = lcp[rows[k]]
-        for r in range(rows[k - 1] + 1, rows[k]):
-            m = min(m, lcp[r])
+        a, b = ptr[rows[k - 1]], ptr[rows[k]]
+        n = min(ptr[rows[k - 1] + 1] - a, ptr[rows[k] + 1] - b)
+        m = 0
+        while m < n and data[a + m] == data[b + m]:
+            m += 1
         out[k] = m
     return out
 
@@ -390,13 +394,14 @@ def chain_stays(data, ptr, in_mask, utf8):
 
 
 @njit(cache=True, nogil=True)
-def utf8_closed(nfa, dfa, src, hub, can_pop):
-    """1 when every well-formed multi-byte UTF-8 character read from state src leads to state
-    hub, through states that send all the bytes each next position allows to one same state,
-    with no push or pop on the way; 0 when not; or NEED_SPACE."""
+def utf8_target(nfa, dfa, src, can_pop):
+    """The one state every well-formed multi-byte UTF-8 character read from state src leads
+    to, through states that send all the bytes each next position allows to one same state,
+    with no push or pop on the way; 0 when there is no such state; or NEED_SPACE."""
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     if not done[src] and materialize(nfa, dfa, src) < 0:
         return NEED_SPACE
+    target = 0
     for lead in range(0xC2, 0xF5):
         need, lo, hi = utf8_tail(lead)
         if viable[src, lead] or table[src, lead] == 0:
@@ -416,9 +421,20 @@ def utf8_closed(nfa, dfa, src, hub, can_pop):
             s = t
             need -= 1
             lo, hi = 0x80, 0xBF
-        if s != hub:
+        if target and s != target:
             return 0
-    return 1
+        target = s
+    return target
+
+
+@njit(cache=True, nogil=True)
+def utf8_closed(nfa, dfa, src, hub, can_pop):
+    """1 when every well-formed multi-byte UTF-8 character read from state src leads to state
+    hub (utf8_target); 0 when not; or NEED_SPACE."""
+    target = utf8_target(nfa, dfa, src, can_pop)
+    if target == NEED_SPACE:
+        return NEED_SPACE
+    return 1 if target == hub else 0
 
 
 @njit(cache=True, nogil=True)

@@ -1,16 +1,21 @@
 """The chain a token walk may jump along (see lazydfa_walk.walk), found by one compiled call: the
 state most of a frame's first bytes lead to (the hub), the bytes on which the hub moves on to
-one same state, whether that is a loop, and whether multi-byte UTF-8 characters stay in it."""
+one same state, whether that is a loop, and whether multi-byte UTF-8 characters stay in it
+(a loop) or take one step along it each (a counter of characters)."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from grammars.lazydfa import NEED_SPACE, extend_chain, materialize, utf8_closed
+from grammars.lazydfa import NEED_SPACE, extend_chain, materialize, utf8_closed, utf8_target
 
 MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
-HUB, UTF8, UTF8_FROM_G, LENGTH = range(4)  # the slots of chain_info's `out`
+# the states of a chain checked to take multi-byte characters as one step each: 97.5% of
+# Llama-3's tokens holding such characters have at most 8 characters; the check builds the
+# states inside those characters, ~9 a step
+CHAR_STEPS = 8
+HUB, UTF8, UTF8_FROM_G, LENGTH, CHARS = range(5)  # the slots of chain_info's `out`
 
 
 @njit(cache=True, nogil=True)
@@ -40,11 +45,42 @@ def _first_byte(row, t):
 
 
 @njit(cache=True, nogil=True)
-def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain):
-    """Fill out[HUB, UTF8, UTF8_FROM_G, LENGTH] and in_chain (the bytes on which the hub moves
-    on to one same state; all False without a hub) for frame state g; 0, or NEED_SPACE. The
-    UTF-8 slots are set only where the chain is a loop (the hub moves on to itself); LENGTH,
-    the states of the chain up to `depth`, only where it is not."""
+def _utf8_step(nfa, dfa, s, can_pop, memo):
+    """utf8_target of state s, kept in memo[s, can_pop] (0: not known yet, -1: none) while s
+    is within the memo."""
+    known = s < memo.shape[0]
+    if known and memo[s, can_pop]:
+        return max(memo[s, can_pop], 0)
+    target = utf8_target(nfa, dfa, s, can_pop)
+    if known and target != NEED_SPACE:
+        memo[s, can_pop] = target if target else -1
+    return target
+
+
+@njit(cache=True, nogil=True)
+def pops_on_chain(can_pop, follow, in_chain):
+    """A pop where the chain's frame may end can be followed, in the frame below, by a byte of
+    the chain or of a multi-byte character (`follow`: the bytes it can read): only then does
+    the chain stop at a final state (lazydfa.extend_chain). A string's length counter that
+    may end anywhere is followed by its closing quote, which is not on the chain."""
+    if not can_pop:
+        return False
+    for b in range(256):  # noqa: SIM110 - a loop numba compiles
+        if follow[b] and (in_chain[b] or b >= 0x80):
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
+def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow):
+    """Fill out[HUB, UTF8, UTF8_FROM_G, LENGTH, CHARS] and in_chain (the bytes on which the
+    hub moves on to one same state; all False without a hub) for frame state g; 0, or
+    NEED_SPACE. The UTF-8 slots are set only where the chain is a loop (the hub moves on to
+    itself); LENGTH, the states of the chain up to `depth`, only where it is not, and CHARS,
+    the first states of that chain (from g, at most CHAR_STEPS) from which every multi-byte
+    UTF-8 character leads to the chain's next state, as a byte of in_chain does (a counter of
+    characters). `memo`: the
+    states' utf8_target, kept between calls (_utf8_step); `follow`: as for pops_on_chain."""
     out[:] = 0
     in_chain[:] = False
     table = dfa.table
@@ -64,9 +100,19 @@ def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain):
     if nxt != hub:
         chain = np.zeros(depth + 1, np.int64)
         chain[0], chain[1] = 1, hub
-        if extend_chain(nfa, dfa, chain, np.zeros(1, np.bool_), in_chain, can_pop, depth) < 0:
+        pops = pops_on_chain(can_pop, follow, in_chain)
+        if extend_chain(nfa, dfa, chain, np.zeros(1, np.bool_), in_chain, pops, depth) < 0:
             return NEED_SPACE
         out[LENGTH] = chain[0]
+        prev = g
+        for d in range(1, min(chain[0], CHAR_STEPS) + 1):
+            target = _utf8_step(nfa, dfa, prev, int(can_pop), memo)
+            if target == NEED_SPACE:
+                return NEED_SPACE
+            if target != chain[d]:
+                break
+            out[CHARS] = d
+            prev = chain[d]
         return 0
     closed = utf8_closed(nfa, dfa, hub, hub, can_pop)
     if closed < 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from grammars.lazydfa import NEED_SPACE, extend_chain, materialize, njit, utf8_tail
+from grammars.lazydfa_chain import pops_on_chain
 
 _DEAD, _ALIVE, _VIABLE = 0, 1, 2  # fates of a suffix: dies; read to the end; a candidate
 
@@ -36,6 +37,7 @@ def walk(
     candidates,
     prefix,
     long_rows,
+    chars,
 ):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
     way; a row reuses the states of the prefix it shares with the rows before, and rows that
@@ -58,7 +60,9 @@ def walk(
     A chain that is not a loop (a length counter) but shorter than `depth` is used the same
     way when `prefix` (vocabulary.chain_prefix for its length) is given: the tokens that never
     leave the mask and fit in the chain are allowed at once, the longer ones (`long_rows`) are
-    walked from the chain's end, and the others as for a loop."""
+    walked from the chain's end, and the others as for a loop. With `chars` (the chain is a
+    counter of characters, lazydfa_chain.chain_info) the prefix also holds the tokens of
+    multi-byte characters that fit: they are not walked."""
     ids, data, ptr, lcp, group, ends_at = trie
     exits, full, exit_rows, exit_lcp, exit_group, in_chain, suffix_of, suffixes = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
@@ -69,14 +73,15 @@ def walk(
     covering = False
     if hub:
         chain[0], chain[1] = 1, hub
-        if extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, depth) < 0:
+        pops = pops_on_chain(can_pop, follow, in_chain)
+        if extend_chain(nfa, dfa, chain, ends, in_chain, pops, depth) < 0:
             return NEED_SPACE
         covering = chain[0] >= depth
-        if covering:
-            _copy(full, allowed)
-        elif prefix.shape[0] == allowed.shape[0]:
+        if prefix.shape[0] == allowed.shape[0]:
             covering = True
             _copy(prefix, allowed)
+        elif covering:
+            _copy(full, allowed)
     else:
         ends[0] = True
     n_cand = 0
@@ -97,6 +102,8 @@ def walk(
         if table[g, first] == 0:
             continue
         on_chain = hub != 0 and table[g, first] == hub
+        # the rows the prefix allows were allowed at once (lead bytes: chain_info checked g)
+        skip = chars and (on_chain or utf8_tail(first)[0] > 0)
         known = 0  # states[0..known] hold the states of the prefix shared with this row
         dead_at = -1  # an earlier row sharing this row's prefix died reading byte dead_at
         dead_viable = False
@@ -131,6 +138,8 @@ def walk(
                     n_cand += 1
                 continue
             dead_at = -1
+            if skip and prefix[ids[j]]:
+                continue
             base = ptr[j]
             length = ptr[j + 1] - base
             if on_chain and exits[j] == length and chain[0] >= length:

@@ -362,6 +362,69 @@ def check_rows(nfa, dfa, pda, rule_start, rows, shared, data, ptr, states, found
 
 
 @njit(cache=True, nogil=True)
+def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, ptr, verdict):
+    """The candidate rows of a walk from frame state g (lazydfa_walk.walk) checked where they
+    can leave the frame: each row is read by the frame's DFA, and where, past its first byte,
+    the frame may end and the frame below read the next byte (`follow`), the rest of the row
+    is read from `below` (the set of the stack below alone) too. verdict[k]: 1 when row k
+    reads to the end, 0 when it cannot, 2 when it passes a state where a push could continue
+    it, or leaves the frame at two places alive at once (to be checked from the whole stack).
+    The sets below the frame are the same at every state of the frame, so their steps are made
+    once, where the whole stack makes new sets at each new state of the frame (a length
+    counter's). Rows are sorted, each resuming from the bytes it shares with the one before
+    (shared[k]), as in check_rows. 0, or an error code."""
+    table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    depth = 1
+    for k in range(rows.shape[0]):
+        depth = max(depth, ptr[rows[k] + 1] - ptr[rows[k]])
+    frame = np.zeros(depth + 1, np.int64)  # after d bytes of the row walked last: the frame's
+    popped = np.zeros(depth + 1, np.int64)  # state, and the set of the stacks that left it
+    frame[0] = g
+    stop = 1 << 30  # the bytes after which the row walked last died, or gave up: the rows
+    stop_verdict = 0  # sharing them end the same
+    for k in range(rows.shape[0]):
+        row = rows[k]
+        common = shared[k]
+        if common >= stop:
+            verdict[k] = stop_verdict
+            continue
+        stop = 1 << 30
+        start, end = ptr[row], ptr[row + 1]
+        d = common
+        out = -1
+        while start + d < end:
+            s, p, b = frame[d], popped[d], data[start + d]
+            if p:
+                p = step(nfa, dfa, pda, rule_start, p, b)
+                if p < 0:
+                    return p
+            if s and not done[s] and materialize(nfa, dfa, s) < 0:
+                return NEED_SPACE
+            if s and d and viable[s, b]:
+                out = 2
+            elif s and d and accept[s] and follow[b]:
+                q = step(nfa, dfa, pda, rule_start, below, b)
+                if q < 0:
+                    return q
+                if q and p and q != p:
+                    out = 2
+                elif q:
+                    p = q
+            if out == 2:
+                break
+            s = table[s, b] if s else 0
+            if s == 0 and p == 0:
+                out = 0
+                break
+            d += 1
+            frame[d], popped[d] = s, p
+        if out >= 0:
+            stop, stop_verdict = d + 1, out
+        verdict[k] = 1 if out == -1 else out
+    return 0
+
+
+@njit(cache=True, nogil=True)
 def walk(nfa, dfa, pda, rule_start, ss, data):
     """The set after reading the bytes of `data` from set ss (0: dead), or an error code."""
     for i in range(data.shape[0]):

@@ -106,7 +106,8 @@ class Vocabulary:
         self.max_len = int(width)
         self._chains: dict[tuple[int, bool], ChainLayout] = {}
         self._wholes: dict[tuple[int, bool], np.ndarray] = {}  # rows that never leave a mask
-        self._prefixes: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._prefixes: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._chars: np.ndarray | None = None  # see _characters
         eos = np.zeros(self.size, bool)
         eos[self.eos_ids] = True
         self.eos_only = self.pack(eos)
@@ -142,7 +143,7 @@ class Vocabulary:
             full = np.zeros(self.size, np.bool_)
             full[trie.ids[starts_in & stays]] = True
             rows = np.nonzero(starts_in & ~stays)[0]
-            lcp = lazydfa.shared_prefixes(trie.lcp, rows)
+            lcp = lazydfa.shared_prefixes(trie.data, trie.ptr, rows)
             group = np.searchsorted(trie.data[trie.ptr[rows]], np.arange(257)).astype(np.int64)
             suffix_of, suffixes = _exit_suffixes(trie, rows, exits[rows])
             hit = self._chains[key] = ChainLayout(
@@ -151,11 +152,18 @@ class Vocabulary:
             self._wholes[key] = np.nonzero(starts_in & stays)[0]
         return hit
 
-    def chain_prefix(self, in_mask: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+    def chain_prefix(
+        self, in_mask: np.ndarray, length: int, chars: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """For a chain of `length` states over the bytes of `in_mask` that is not a loop (a
         counter): (allowed[id]: the token never leaves the mask and has at most `length`
-        bytes; the rows that never leave it but are longer, in trie order). Cached."""
-        key = (in_mask.tobytes(), length)
+        bytes; the rows that never leave it but are longer, in trie order). Where the first
+        `chars` states of the chain take a multi-byte UTF-8 character as one step, as a byte
+        of the mask (a counter of characters), allowed also holds the tokens of such
+        characters (the last one possibly cut short) and bytes of the mask, of at most
+        `chars` characters. Cached."""
+        length, chars = min(length, self.max_len), min(chars, length)
+        key = (in_mask.tobytes(), length, chars)
         hit = self._prefixes.get(key)
         if hit is None:
             if len(self._prefixes) >= _MAX_CACHED_PREFIXES:
@@ -166,5 +174,20 @@ class Vocabulary:
             short = trie.ptr[whole + 1] - trie.ptr[whole] <= length
             allowed = np.zeros(self.size, np.bool_)
             allowed[trie.ids[whole[short]]] = True
+            if chars:
+                self.chain_layout(in_mask, True)
+                words = self._wholes[(in_mask.tobytes(), True)]
+                allowed[trie.ids[words[self._characters()[words] <= chars]]] = True
             hit = self._prefixes[key] = (allowed, whole[~short].copy())
         return hit
+
+    def _characters(self) -> np.ndarray:
+        """Each trie row's bytes that are not UTF-8 continuation bytes (its characters, when
+        it is well-formed UTF-8, a last one cut short counted)."""
+        if self._chars is None:
+            trie = self.trie
+            tails = np.zeros(len(trie.data) + 1, np.int64)
+            np.cumsum((trie.data >= 0x80) & (trie.data < 0xC0), out=tails[1:])
+            ptr = trie.ptr
+            self._chars = (ptr[1:] - ptr[:-1]) - (tails[ptr[1:]] - tails[ptr[:-1]])
+        return self._chars

@@ -388,3 +388,37 @@ def test_masks_on_length_counters_shorter_than_tokens(compiler, schema, prefixes
         assert m.accept_string(text), text
         assert_mask_is_exact(grammar, m.state, text)
     assert compiler.vocab._prefixes  # the masks took that path
+
+
+@pytest.mark.parametrize(
+    "schema, prefixes",
+    [
+        # counters of characters: tokens of multi-byte characters that fit are allowed at once
+        # (lazydfa_chain.chain_info's CHARS), the others walked, near the counter's end too
+        ({"type": "string", "maxLength": 21}, ["", "é", "日本", "ab" + "é" * 15, "x" * 19 + "ü"]),
+        ({"type": "string", "minLength": 3, "maxLength": 300}, ["", "ü" * 5, "a" * 290 + "é"]),
+        # a class without most multi-byte characters: the chain does not count them
+        ({"type": "string", "pattern": "^[a-zé ]{0,25}$"}, ["", "é", "ab é"]),
+        # blocks of a long string: the frame of the string's rest may end at every character;
+        # its chain runs on through those states (the closing quote is not on it), and the
+        # candidates that leave it are checked from the frame below (pda.check_pops)
+        (
+            {"type": "object", "properties": {"k": {"type": "string", "maxLength": 2000}}},
+            ['{"k": "', '{"k": "' + "w" * 126, '{"k": "' + "é" * 127, '{"k": "' + "w" * 130],
+        ),
+        (
+            {"type": "array", "items": {"type": "string", "maxLength": 1500}, "maxItems": 3},
+            ['["a", "', '["a", "' + "ö" * 40, '["' + "x" * 127],
+        ),
+    ],
+)
+def test_masks_on_counters_of_characters(compiler, schema, prefixes):
+    grammar = compiler.compile_json_schema(schema)
+    for prefix in prefixes:
+        m = grammar.matcher()
+        text = (
+            prefix if prefix[:1] in "{[" and prefix else json.dumps(prefix, ensure_ascii=False)[:-1]
+        )
+        assert m.accept_string(text), text
+        assert_mask_is_exact(grammar, m.state, text)
+    assert any(chars for _, _, chars in compiler.vocab._prefixes)  # the masks took that path

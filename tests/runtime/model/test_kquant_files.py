@@ -69,7 +69,9 @@ def _expected(model_kind: str, types: list[str]) -> tuple[str, bool]:
 @pytest.mark.parametrize(
     "layout, model_kind", [(_mixed_types, "int4"), (_q4_k_m_types, "int8")], ids=["mixed", "q4_k_m"]
 )
-def test_a_k_quant_file_runs_on_its_own_values(layout, model_kind, tmp_path, monkeypatch, one_thread):
+def test_a_k_quant_file_runs_on_its_own_values(
+    layout, model_kind, tmp_path, monkeypatch, one_thread
+):
     path = str(tmp_path / "smollm2-kquants.gguf")
     source = alias_gguf_path("smollm2")
     types = layout()
