@@ -52,7 +52,7 @@ _FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in tr
 _ROW_BLOCK = 32  # rows of masks or of frame walks per allocation (few to free with a grammar)
 _FIRST_ROWS = 4  # rows of a grammar's first block of each
 _NO_CANDIDATES = np.zeros(0, np.int64)
-_NO_PREFIX = (np.zeros(0, np.bool_), np.zeros(0, np.int64))  # walk's chain_prefix, when none
+_NO_PREFIX = (np.zeros(0, np.int16), np.zeros(0, np.int64))  # walk's chain steps, when none
 
 
 class Machine:
@@ -160,7 +160,7 @@ class Machine:
         if hub and length > 0 and (length < vocab.max_len or chars):  # a counter's prefix,
             # however short: a counter's last states otherwise walked the whole trie (~0.4 ms
             # with SmolLM2), and one of characters its multi-byte tokens (~1.5 ms, Llama-3)
-            prefix, long_rows = vocab.chain_prefix(in_chain, length, chars)
+            prefix, long_rows = vocab.chain_steps(in_chain, length)
         n_cand = self._run(
             lazydfa_walk.walk,
             g,
@@ -177,7 +177,8 @@ class Machine:
             candidates,
             prefix,
             long_rows,
-            chars > 0,
+            length,
+            chars,
         )
         return (
             vocab.pack(allowed).view(np.uint32),

@@ -19,6 +19,13 @@ def _copy(src, dst):
         dst[i] = src[i]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _fits(steps, limit, chars):
+    """A token of vocabulary.chain_steps `steps` stays alive on a chain of `limit` states whose
+    first `chars` take a multi-byte character a step."""
+    return (0 < steps <= limit) or (steps < 0 and -steps <= chars)
+
+
 @njit(cache=True, nogil=True)
 def walk(
     nfa,
@@ -37,6 +44,7 @@ def walk(
     candidates,
     prefix,
     long_rows,
+    limit,
     chars,
 ):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
@@ -58,11 +66,12 @@ def walk(
     can read; returns the number of candidates, or NEED_SPACE.
 
     A chain that is not a loop (a length counter) but shorter than `depth` is used the same
-    way when `prefix` (vocabulary.chain_prefix for its length) is given: the tokens that never
-    leave the mask and fit in the chain are allowed at once, the longer ones (`long_rows`) are
-    walked from the chain's end, and the others as for a loop. With `chars` (the chain is a
-    counter of characters, lazydfa_chain.chain_info) the prefix also holds the tokens of
-    multi-byte characters that fit: they are not walked."""
+    way when `prefix` (vocabulary.chain_steps) is given: the tokens that never leave the mask
+    and fit in the chain (`limit` states) are allowed at once, the longer ones (`long_rows`)
+    are walked from the chain's end, and the others as for a loop. Where the chain's first
+    `chars` states take a multi-byte character a step (a counter of characters,
+    lazydfa_chain.chain_info), so are the tokens of such characters that fit: they are not
+    walked."""
     ids, data, ptr, lcp, group, ends_at = trie
     exits, full, exit_rows, exit_lcp, exit_group, in_chain, suffix_of, suffixes = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
@@ -79,7 +88,8 @@ def walk(
         covering = chain[0] >= depth
         if prefix.shape[0] == allowed.shape[0]:
             covering = True
-            _copy(prefix, allowed)
+            for i in range(allowed.shape[0]):
+                allowed[i] = _fits(prefix[i], limit, chars)
         elif covering:
             _copy(full, allowed)
     else:
@@ -103,7 +113,7 @@ def walk(
             continue
         on_chain = hub != 0 and table[g, first] == hub
         # the rows the prefix allows were allowed at once (lead bytes: chain_info checked g)
-        skip = chars and (on_chain or utf8_tail(first)[0] > 0)
+        skip = chars > 0 and (on_chain or utf8_tail(first)[0] > 0)
         known = 0  # states[0..known] hold the states of the prefix shared with this row
         dead_at = -1  # an earlier row sharing this row's prefix died reading byte dead_at
         dead_viable = False
@@ -138,7 +148,7 @@ def walk(
                     n_cand += 1
                 continue
             dead_at = -1
-            if skip and prefix[ids[j]]:
+            if skip and _fits(prefix[ids[j]], limit, chars):
                 continue
             base = ptr[j]
             length = ptr[j + 1] - base

@@ -10,10 +10,9 @@ from grammars import lazydfa
 from grammars.tokenizer_info import TokenizerInfo
 
 _MAX_CACHED_CHAINS = 64  # chain layouts kept per vocabulary
-# counter prefixes kept: one boolean a token for each (byte set, length below the longest
-# token), so a string counter alone takes up to that many (256 x 128 KB at most with a 128k
-# vocabulary)
-_MAX_CACHED_PREFIXES = 256
+# chain steps kept (vocabulary.chain_steps): two bytes a token for each byte set (a 128k
+# vocabulary: 256 KB each)
+_MAX_CACHED_STEPS = 64
 
 
 class TokenTrie(NamedTuple):
@@ -106,7 +105,7 @@ class Vocabulary:
         self.max_len = int(width)
         self._chains: dict[tuple[int, bool], ChainLayout] = {}
         self._wholes: dict[tuple[int, bool], np.ndarray] = {}  # rows that never leave a mask
-        self._prefixes: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._steps: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._chars: np.ndarray | None = None  # see _characters
         eos = np.zeros(self.size, bool)
         eos[self.eos_ids] = True
@@ -152,34 +151,30 @@ class Vocabulary:
             self._wholes[key] = np.nonzero(starts_in & stays)[0]
         return hit
 
-    def chain_prefix(
-        self, in_mask: np.ndarray, length: int, chars: int = 0
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def chain_steps(self, in_mask: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
         """For a chain of `length` states over the bytes of `in_mask` that is not a loop (a
-        counter): (allowed[id]: the token never leaves the mask and has at most `length`
-        bytes; the rows that never leave it but are longer, in trie order). Where the first
-        `chars` states of the chain take a multi-byte UTF-8 character as one step, as a byte
-        of the mask (a counter of characters), allowed also holds the tokens of such
-        characters (the last one possibly cut short) and bytes of the mask, of at most
-        `chars` characters. Cached."""
-        length, chars = min(length, self.max_len), min(chars, length)
-        key = (in_mask.tobytes(), length, chars)
-        hit = self._prefixes.get(key)
+        counter): (steps[id]: the states a token takes along the chain, its bytes when it
+        never leaves the mask, minus its characters when it holds multi-byte UTF-8 characters
+        (the last one possibly cut short) and bytes of the mask, else 0; the rows that never
+        leave the mask but are longer than `length`). The steps are cached per mask, the rows
+        a slice of them sorted by length."""
+        key = in_mask.tobytes()
+        hit = self._steps.get(key)
         if hit is None:
-            if len(self._prefixes) >= _MAX_CACHED_PREFIXES:
-                self._prefixes.clear()
+            if len(self._steps) >= _MAX_CACHED_STEPS:
+                self._steps.clear()
             self.chain_layout(in_mask)
-            whole = self._wholes[(in_mask.tobytes(), False)]
+            self.chain_layout(in_mask, True)
+            whole, words = self._wholes[(key, False)], self._wholes[(key, True)]
             trie = self.trie
-            short = trie.ptr[whole + 1] - trie.ptr[whole] <= length
-            allowed = np.zeros(self.size, np.bool_)
-            allowed[trie.ids[whole[short]]] = True
-            if chars:
-                self.chain_layout(in_mask, True)
-                words = self._wholes[(in_mask.tobytes(), True)]
-                allowed[trie.ids[words[self._characters()[words] <= chars]]] = True
-            hit = self._prefixes[key] = (allowed, whole[~short].copy())
-        return hit
+            steps = np.zeros(self.size, np.int16)
+            steps[trie.ids[words]] = -self._characters()[words]
+            lengths = trie.ptr[whole + 1] - trie.ptr[whole]
+            steps[trie.ids[whole]] = lengths
+            order = np.argsort(-lengths, kind="stable")
+            hit = self._steps[key] = (steps, whole[order], -lengths[order])
+        steps, rows, shorter = hit  # shorter: minus the rows' lengths, ascending
+        return steps, rows[: np.searchsorted(shorter, -length)]
 
     def _characters(self) -> np.ndarray:
         """Each trie row's bytes that are not UTF-8 continuation bytes (its characters, when

@@ -387,7 +387,7 @@ def test_masks_on_length_counters_shorter_than_tokens(compiler, schema, prefixes
         text = prefix if prefix.startswith("{") else json.dumps(prefix)[:-1]
         assert m.accept_string(text), text
         assert_mask_is_exact(grammar, m.state, text)
-    assert compiler.vocab._prefixes  # the masks took that path
+    assert compiler.vocab._steps  # the masks took that path
 
 
 @pytest.mark.parametrize(
@@ -421,4 +421,5 @@ def test_masks_on_counters_of_characters(compiler, schema, prefixes):
         )
         assert m.accept_string(text), text
         assert_mask_is_exact(grammar, m.state, text)
-    assert any(chars for _, _, chars in compiler.vocab._prefixes)  # the masks took that path
+    # the masks took that path: token steps of characters
+    assert any((steps < 0).any() for steps, _, _ in compiler.vocab._steps.values())
