@@ -164,8 +164,9 @@ class Vocabulary:
             if len(self._steps) >= _MAX_CACHED_STEPS:
                 self._steps.clear()
             self.chain_layout(in_mask)
-            self.chain_layout(in_mask, True)
-            whole, words = self._wholes[(key, False)], self._wholes[(key, True)]
+            whole = self._wholes[(key, False)]
+            self.chain_layout(in_mask, True)  # may clear the layouts: whole is taken already
+            words = self._wholes[(key, True)]
             trie = self.trie
             steps = np.zeros(self.size, np.int16)
             steps[trie.ids[words]] = -self._characters()[words]

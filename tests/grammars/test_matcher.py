@@ -423,3 +423,34 @@ def test_masks_on_counters_of_characters(compiler, schema, prefixes):
         assert_mask_is_exact(grammar, m.state, text)
     # the masks took that path: token steps of characters
     assert any((steps < 0).any() for steps, _, _ in compiler.vocab._steps.values())
+
+
+def test_chain_steps_of_every_token_with_one_layout_kept(compiler, monkeypatch):
+    """vocabulary.chain_steps: a token's bytes when it never leaves the byte set, minus its
+    characters when it also holds multi-byte UTF-8 characters (the last one possibly cut
+    short), else 0; right even when building the second layout clears the first."""
+    from grammars import vocabulary
+
+    monkeypatch.setattr(vocabulary, "_MAX_CACHED_CHAINS", 1)
+    vocab = compiler.vocab
+    in_mask = np.zeros(256, np.bool_)
+    in_mask[[ord(c) for c in "abcdefghijklmnopqrstuvwxyz _-"]] = True
+    steps, long_rows = vocab.chain_steps(in_mask, 3)
+    for tid in range(vocab.size):
+        data = vocab.token_bytes[tid]
+        expected = 0
+        if data and tid not in vocab.special_set:
+            ascii_in = all(b >= 0x80 or in_mask[b] for b in data)
+            if all(in_mask[b] for b in data):
+                expected = len(data)
+            elif ascii_in and data[0] not in range(0x80, 0xC2):
+                try:  # well-formed, the last character possibly cut short
+                    data.decode("utf-8")
+                    expected = -len(data.decode("utf-8"))
+                except UnicodeDecodeError as e:
+                    if e.reason == "unexpected end of data":
+                        expected = -(len(data[: e.start].decode("utf-8")) + 1)
+        assert steps[tid] == expected, (tid, data)
+    lengths = [len(vocab.token_bytes[i]) for i in vocab.trie.ids[long_rows].tolist()]
+    assert lengths and min(lengths) > 3
+    assert len(long_rows) == sum(1 for s in steps.tolist() if s > 3)
