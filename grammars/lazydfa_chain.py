@@ -79,8 +79,8 @@ def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow):
     itself); LENGTH, the states of the chain up to `depth`, only where it is not, and CHARS,
     the first states of that chain (from g, at most CHAR_STEPS) from which every multi-byte
     UTF-8 character leads to the chain's next state, as a byte of in_chain does (a counter of
-    characters). `memo`: the
-    states' utf8_target, kept between calls (_utf8_step); `follow`: as for pops_on_chain."""
+    characters). `memo`: the states' utf8_target, kept between calls (_utf8_step);
+    `follow`: as for pops_on_chain."""
     out[:] = 0
     in_chain[:] = False
     table = dfa.table
