@@ -318,7 +318,8 @@ class CompiledGrammar:
         # frame; walks then only need to look for pushes and pops after the first byte
         for sid in self.closure(ss)[0]:
             g, parent = self._frame(sid)
-            frame, candidates = self._walk_frame(g, parent)
+            follow = None if parent < 0 else self._follow(parent)
+            frame, candidates = self._walk_frame(g, follow)
             words |= frame
             if not len(candidates):
                 continue
@@ -327,8 +328,8 @@ class CompiledGrammar:
                 _set_bits(words, shared.found(self, sid, g, parent, candidates))
             else:  # those another stack allowed need no check
                 candidates = candidates[(words[candidates >> 5] >> (candidates & 31)) & 1 == 0]
-                if parent >= 0 and len(candidates):
-                    found, candidates = self._checked_by_pops(g, parent, candidates)
+                if follow is not None and len(candidates):
+                    found, candidates = self._checked_by_pops(g, parent, follow, candidates)
                     _set_bits(words, found)
                 _set_bits(words, self._checked(sid, candidates))
         if self.is_complete(ss):
@@ -347,11 +348,10 @@ class CompiledGrammar:
             found = [tid for tid in candidates.tolist() if self.walk(ss, tb[tid])]
             return np.array(found, np.int64)
         trie = vocab.trie
-        rows = np.sort(vocab.row_of[candidates])
+        rows, shared = self._trie_rows(candidates)
         found = np.empty(len(rows), np.int64)
         states = np.empty(vocab.max_len + 1, np.int64)
         states[0] = ss
-        shared = fastcall.call(lazydfa.shared_prefixes, trie.data, trie.ptr, rows)
         n = self._call(pda.check_rows, rows, shared, trie.data, trie.ptr, states, found)
         return trie.ids[found[:n]]
 
@@ -361,26 +361,31 @@ class CompiledGrammar:
         follow[self.live_bytes(self._single(parent))] = True
         return follow
 
-    def _checked_by_pops(self, g: int, parent: int, candidates: np.ndarray):
-        """(the candidates read to the end by leaving frame g for the stack below, those that
-        need the whole stack: a push could continue them): pda.check_pops."""
-        vocab = self.vocab
-        follow = self._follow(parent)
-        trie = vocab.trie
-        rows = np.sort(vocab.row_of[candidates])
-        shared = fastcall.call(lazydfa.shared_prefixes, trie.data, trie.ptr, rows)
+    def _trie_rows(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates' trie rows in trie order, and the bytes each shares with the one
+        before."""
+        trie = self.vocab.trie
+        rows = np.sort(self.vocab.row_of[candidates])
+        return rows, fastcall.call(lazydfa.shared_prefixes, trie.data, trie.ptr, rows)
+
+    def _checked_by_pops(self, g: int, parent: int, follow: np.ndarray, candidates: np.ndarray):
+        """(the candidates read to the end by leaving frame g for the stack below, parent,
+        which can read the bytes of `follow`; those that need the whole stack: a push could
+        continue them): pda.check_pops."""
+        trie = self.vocab.trie
+        rows, shared = self._trie_rows(candidates)
         verdict = np.empty(len(rows), np.int8)
         below = self._single(parent)
         self._call(pda.check_pops, g, below, follow, rows, shared, trie.data, trie.ptr, verdict)
         return trie.ids[rows[verdict == 1]], trie.ids[rows[verdict == 2]]
 
-    def _walk_frame(self, g: int, parent: int) -> tuple[np.ndarray, np.ndarray]:
+    def _walk_frame(self, g: int, follow: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the
         tokens that stay in the frame and the ids that died after passing, past their first
-        byte, a state where a push, or a pop followed by a byte the frame below (parent) can
-        read, could have saved them (to be checked exactly; pushes and pops before the first
-        byte are other stacks of the closure, walked on their own)."""
-        follow = None if parent < 0 else self._follow(parent)
+        byte, a state where a push, or a pop followed by a byte the frame below can read
+        (`follow`, None: no frame below), could have saved them (to be checked exactly;
+        pushes and pops before the first byte are other stacks of the closure, walked on
+        their own)."""
         key = (g, None if follow is None else follow.tobytes())
         hit = self._walks.get(key)
         if hit is None:

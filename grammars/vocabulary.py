@@ -104,7 +104,6 @@ class Vocabulary:
         self.row_of[self.trie.ids] = np.arange(len(self.trie.ids))
         self.max_len = int(width)
         self._chains: dict[tuple[int, bool], ChainLayout] = {}
-        self._wholes: dict[tuple[int, bool], np.ndarray] = {}  # rows that never leave a mask
         self._steps: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._chars: np.ndarray | None = None  # see _characters
         eos = np.zeros(self.size, bool)
@@ -132,13 +131,10 @@ class Vocabulary:
         if hit is None:
             if len(self._chains) >= _MAX_CACHED_CHAINS:
                 self._chains.clear()
-                self._wholes.clear()
             in_mask = np.array(in_mask, np.bool_)  # a copy, kept in the layout
             trie = self.trie
             exits = lazydfa.chain_exits(trie.data, trie.ptr, in_mask)
-            firsts = trie.data[trie.ptr[:-1]]
-            starts_in = in_mask[firsts] | (utf8 & (firsts >= 0xC2) & (firsts <= 0xF4))
-            stays = lazydfa.chain_stays(trie.data, trie.ptr, in_mask, utf8)
+            starts_in, stays = self._stays(in_mask, utf8)
             full = np.zeros(self.size, np.bool_)
             full[trie.ids[starts_in & stays]] = True
             rows = np.nonzero(starts_in & ~stays)[0]
@@ -148,8 +144,20 @@ class Vocabulary:
             hit = self._chains[key] = ChainLayout(
                 exits, full, rows, lcp, group, in_mask, suffix_of, suffixes
             )
-            self._wholes[key] = np.nonzero(starts_in & stays)[0]
         return hit
+
+    def _stays(self, in_mask: np.ndarray, utf8: bool) -> tuple[np.ndarray, np.ndarray]:
+        """For each trie row: (it starts with a byte of the mask, or with utf8 a UTF-8 lead
+        byte; it never leaves the mask, lazydfa.chain_stays)."""
+        trie = self.trie
+        firsts = trie.data[trie.ptr[:-1]]
+        starts_in = in_mask[firsts] | (utf8 & (firsts >= 0xC2) & (firsts <= 0xF4))
+        return starts_in, lazydfa.chain_stays(trie.data, trie.ptr, in_mask, utf8)
+
+    def _whole_rows(self, in_mask: np.ndarray, utf8: bool) -> np.ndarray:
+        """The rows that start in the mask and never leave it (see _stays)."""
+        starts_in, stays = self._stays(in_mask, utf8)
+        return np.nonzero(starts_in & stays)[0]
 
     def chain_steps(self, in_mask: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
         """For a chain of `length` states over the bytes of `in_mask` that is not a loop (a
@@ -163,10 +171,7 @@ class Vocabulary:
         if hit is None:
             if len(self._steps) >= _MAX_CACHED_STEPS:
                 self._steps.clear()
-            self.chain_layout(in_mask)
-            whole = self._wholes[(key, False)]
-            self.chain_layout(in_mask, True)  # may clear the layouts: whole is taken already
-            words = self._wholes[(key, True)]
+            whole, words = self._whole_rows(in_mask, False), self._whole_rows(in_mask, True)
             trie = self.trie
             steps = np.zeros(self.size, np.int16)
             steps[trie.ids[words]] = -self._characters()[words]

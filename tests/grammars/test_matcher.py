@@ -428,7 +428,7 @@ def test_masks_on_counters_of_characters(compiler, schema, prefixes):
 def test_chain_steps_of_every_token_with_one_layout_kept(compiler, monkeypatch):
     """vocabulary.chain_steps: a token's bytes when it never leaves the byte set, minus its
     characters when it also holds multi-byte UTF-8 characters (the last one possibly cut
-    short), else 0; right even when building the second layout clears the first."""
+    short), else 0; whatever the layouts kept (one here)."""
     from grammars import vocabulary
 
     monkeypatch.setattr(vocabulary, "_MAX_CACHED_CHAINS", 1)

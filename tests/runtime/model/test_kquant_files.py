@@ -56,7 +56,7 @@ def _q4_k_m_types() -> dict[str, str]:
     return types
 
 
-def _expected(model_kind: str, types: list[str]) -> tuple[str, bool]:
+def _expected(types: list[str]) -> tuple[str, bool]:
     """(kind, split) of a layer whose GGUF matrices have `types`: an int4 model runs int8 the
     layers holding more than 4 bits; an int8 model runs int4 the layers of 4 bits alone; scales
     per 16 where a part is Q6_K."""
@@ -93,7 +93,7 @@ def test_a_k_quant_file_runs_on_its_own_values(
             for name, (ours, ref) in linears.items():
                 parts = [types.get(f"blk.{n}.{p}.weight", "Q4_1") for p in PARTS[name]]
                 w = ours.matmul.w
-                assert (w.kind, w.split) == _expected(model_kind, parts), (n, name, parts)
+                assert (w.kind, w.split) == _expected(parts), (n, name, parts)
                 # every value is the file's, as gguf dequantizes it
                 assert torch.allclose(w.dequantize(), ref.weight, rtol=1e-6, atol=1e-6)
 
