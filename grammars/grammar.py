@@ -462,7 +462,8 @@ class _RowBlocks:
 
 def _set_bits(words: np.ndarray, tokens: np.ndarray) -> None:
     """Set the bits of `tokens` in `words` (uint32, bit t of word w: token 32w + t)."""
-    np.bitwise_or.at(words, tokens >> 5, np.left_shift(1, tokens & 31).astype(np.uint32))
+    if len(tokens):
+        fastcall.call(lazydfa_walk.set_bits, words, np.ascontiguousarray(tokens, np.int64))
 
 
 def _utf8_prefix(data: bytes) -> str:

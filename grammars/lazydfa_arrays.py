@@ -137,6 +137,22 @@ def started_dfa(nfa: NFAArrays, starts: list[int]) -> tuple[DFAArrays, list[int]
     return dfa, out.tolist()
 
 
+def enlarged(arr: np.ndarray, size: int, fill=0) -> np.ndarray:
+    """`arr` with `size` rows, the new ones `fill` (`arr` itself when it has as many): zeros
+    come from calloc, so the pages of rows never written are never touched (the tables grow
+    to megabytes, and np.full wrote them all at every doubling)."""
+    if size <= arr.shape[0]:
+        return arr
+    shape = (size,) + arr.shape[1:]
+    if fill == 0:
+        out = np.zeros(shape, arr.dtype)
+    else:
+        out = np.empty(shape, arr.dtype)
+        out[arr.shape[0] :] = fill
+    out[: arr.shape[0]] = arr
+    return out
+
+
 def has_room(dfa: DFAArrays, states: int) -> bool:
     """The arrays can take `states` more states (of a few members each) without growing."""
     n, used = int(dfa.meta[_STATES]), int(dfa.meta[_MEM])
@@ -153,34 +169,27 @@ def grown(dfa: DFAArrays, states: int = 0) -> DFAArrays:
     n, used, pushes, want = (int(dfa.meta[i]) for i in (_STATES, _MEM, _PUSHES, _WANT))
     want = max(want, 4 * states)
 
-    def bigger(arr, size, fill=0):
-        if size <= arr.shape[0]:
-            return arr
-        out = np.full((size,) + arr.shape[1:], fill, arr.dtype)
-        out[: arr.shape[0]] = arr
-        return out
-
     room = dfa.push_rule.shape[0]
     cap = dfa.accept.shape[0]
-    while n + 1 + states >= cap:
-        cap *= 2
+    while n + 1 + states >= cap:  # by fours: the tables' rows are copied at each growth, and
+        cap *= 4  # calloc's pages of rows not yet written are never touched
     size = dfa.hkey.shape[0]
     rehashed = 2 * (n + 1 + states) > size
     while 2 * (n + 1 + states) > size:
         size *= 4
     out = DFAArrays(
-        table=bigger(dfa.table, cap),
-        viable=bigger(dfa.viable, cap),
-        accept=bigger(dfa.accept, cap),
-        done=bigger(dfa.done, cap),
-        m_ptr=bigger(dfa.m_ptr, cap + 1),
-        mem=dfa.mem if used + want <= len(dfa.mem) else bigger(dfa.mem, 2 * (used + want)),
+        table=enlarged(dfa.table, cap),
+        viable=enlarged(dfa.viable, cap),
+        accept=enlarged(dfa.accept, cap),
+        done=enlarged(dfa.done, cap),
+        m_ptr=enlarged(dfa.m_ptr, cap + 1),
+        mem=dfa.mem if used + want <= len(dfa.mem) else enlarged(dfa.mem, 2 * (used + want)),
         hkey=dfa.hkey if not rehashed else np.full(size, -1, np.int64),
         hcode=dfa.hcode if not rehashed else np.zeros(size, np.int64),
-        push_start=bigger(dfa.push_start, cap),
-        push_count=bigger(dfa.push_count, cap, -1),
-        push_rule=bigger(dfa.push_rule, 2 * (pushes + want) if pushes + want > room else 0),
-        push_ret=bigger(dfa.push_ret, 2 * (pushes + want) if pushes + want > room else 0),
+        push_start=enlarged(dfa.push_start, cap),
+        push_count=enlarged(dfa.push_count, cap, -1),
+        push_rule=enlarged(dfa.push_rule, 2 * (pushes + want) if pushes + want > room else 0),
+        push_ret=enlarged(dfa.push_ret, 2 * (pushes + want) if pushes + want > room else 0),
         meta=dfa.meta,
     )
     if rehashed:

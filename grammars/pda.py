@@ -29,6 +29,7 @@ from grammars.lazydfa import (
     pushes,
     sort_in_place,
 )
+from grammars.lazydfa_arrays import enlarged
 
 PDA_SPACE = -3
 TOO_DEEP = -2
@@ -86,31 +87,24 @@ def grown(pda: PDAArrays) -> PDAArrays:
     st_table, set_table = _pow2(4 * st_cap), _pow2(4 * set_cap)
     step_table = _pow2(max(pda.step_keys.shape[0], 8 * int(m[_STEPS]) + 64))
 
-    def bigger(arr, size, fill=0):
-        if size <= arr.shape[0]:
-            return arr
-        out = np.full(size, fill, arr.dtype)
-        out[: arr.shape[0]] = arr
-        return out
-
     out = PDAArrays(
-        st_g=bigger(pda.st_g, st_cap),
-        st_parent=bigger(pda.st_parent, st_cap),
-        st_depth=bigger(pda.st_depth, st_cap),
+        st_g=enlarged(pda.st_g, st_cap),
+        st_parent=enlarged(pda.st_parent, st_cap),
+        st_depth=enlarged(pda.st_depth, st_cap),
         st_hkey=np.full(st_table, EMPTY, np.int64),
-        set_ptr=bigger(pda.set_ptr, set_cap + 1),
-        set_mem=bigger(pda.set_mem, 2 * int(m[_SET_MEM]) + 4 * st_cap),
+        set_ptr=enlarged(pda.set_ptr, set_cap + 1),
+        set_mem=enlarged(pda.set_mem, 2 * int(m[_SET_MEM]) + 4 * st_cap),
         set_hkey=np.full(set_table, EMPTY, np.int64),
         set_hcode=np.zeros(set_table, np.int64),
-        cl_start=bigger(pda.cl_start, set_cap),
-        cl_len=bigger(pda.cl_len, set_cap, EMPTY),
-        cl_complete=bigger(pda.cl_complete, set_cap),
-        cl_mem=bigger(pda.cl_mem, 2 * int(m[_CL_MEM]) + 4 * st_cap),
+        cl_start=enlarged(pda.cl_start, set_cap),
+        cl_len=enlarged(pda.cl_len, set_cap, EMPTY),
+        cl_complete=enlarged(pda.cl_complete, set_cap),
+        cl_mem=enlarged(pda.cl_mem, 2 * int(m[_CL_MEM]) + 4 * st_cap),
         step_keys=np.full(step_table, EMPTY, np.int64),
         step_vals=np.zeros(step_table, np.int64),
-        mark=bigger(pda.mark, st_cap),
-        work=bigger(pda.work, st_cap),
-        buf=bigger(pda.buf, st_cap),
+        mark=enlarged(pda.mark, st_cap),
+        work=enlarged(pda.work, st_cap),
+        buf=enlarged(pda.buf, st_cap),
         meta=m,
     )
     _rehash(out, pda.step_keys, pda.step_vals)
