@@ -454,8 +454,12 @@ class _RowBlocks:
     def new(self) -> np.ndarray:
         if self.rest is None or not len(self.rest):
             rows = _FIRST_ROWS if self.rest is None else _ROW_BLOCK
-            self.rest = np.zeros((rows, self.width), np.uint32)
+            # uninitialised, each row zeroed when handed out: a block from the heap (freed
+            # blocks' size raises malloc's mmap threshold) is not zero, and calloc would clear
+            # every row of it at once, most of them never used
+            self.rest = np.empty((rows, self.width), np.uint32)
         row = self.rest[0]
+        row.fill(0)
         self.rest = self.rest[1:]
         return row
 
