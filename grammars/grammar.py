@@ -48,7 +48,6 @@ _scratch = threading.local()  # buffers per thread for the tokens and candidates
 # states a token walk may add without growing the arrays: as many as the DFA has (at least
 # _MIN_WALK_ROOM, at most _WALK_ROOM), so a small grammar's arrays stay small
 _MIN_WALK_ROOM, _WALK_ROOM = 24, 128
-_FEW_CANDIDATES = 64  # fewer candidate tokens are walked one by one, more in trie order
 _ROW_BLOCK = 32  # rows of masks or of frame walks per allocation (few to free with a grammar)
 _FIRST_ROWS = 4  # rows of a grammar's first block of each
 _NO_CANDIDATES = np.zeros(0, np.int64)
@@ -341,12 +340,12 @@ class CompiledGrammar:
         each resuming from the state after the bytes it shares with the one before (a prefix
         that died kills the tokens that share it). Memoised by horizon.SharedChecks where it
         applies."""
+        if not len(candidates):
+            return _NO_CANDIDATES
+        # one compiled call even for a few: a new mask's stack is mostly new, so their steps
+        # are too, and a walk of each through Python then made a compiled call per token
         vocab = self.vocab
         ss = self._single(sid)
-        if len(candidates) < _FEW_CANDIDATES:
-            tb = vocab.token_bytes
-            found = [tid for tid in candidates.tolist() if self.walk(ss, tb[tid])]
-            return np.array(found, np.int64)
         trie = vocab.trie
         rows, shared = self._trie_rows(candidates)
         found = np.empty(len(rows), np.int64)
