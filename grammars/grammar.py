@@ -89,6 +89,7 @@ class Machine:
         }
         self._live: dict[int, array] = {}
         self._utf8_memo = np.zeros((0, 2), np.int64)  # lazydfa_chain._utf8_step's
+        self._chain_memo = np.zeros((0, 5), np.int64)  # lazydfa.extend_chain's
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
     def _run(self, kernel, *args):
@@ -136,10 +137,9 @@ class Machine:
         track = bool(self.has_pushes or can_pop)
         info = np.zeros(5, np.int64)
         in_chain = np.empty(256, np.bool_)
-        if len(self._utf8_memo) < len(self.dfa.table):
-            memo = np.zeros((len(self.dfa.table), 2), np.int64)
-            memo[: len(self._utf8_memo)] = self._utf8_memo
-            self._utf8_memo = memo
+        if len(self._utf8_memo) < len(self.dfa.table):  # the memos cover every state
+            self._utf8_memo = lazydfa_arrays.enlarged(self._utf8_memo, len(self.dfa.table))
+            self._chain_memo = lazydfa_arrays.enlarged(self._chain_memo, len(self.dfa.table))
         self._run(
             lazydfa_chain.chain_info,
             g,
@@ -149,6 +149,7 @@ class Machine:
             in_chain,
             self._utf8_memo,
             follow if can_pop else _NO_FOLLOW,
+            self._chain_memo,
         )
         slots = info.tolist()
         hub, length = slots[lazydfa_chain.HUB], slots[lazydfa_chain.LENGTH]
@@ -178,6 +179,7 @@ class Machine:
             long_rows,
             length,
             chars,
+            self._chain_memo,
         )
         return (
             vocab.pack(allowed).view(np.uint32),

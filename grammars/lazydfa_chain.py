@@ -72,7 +72,7 @@ def pops_on_chain(can_pop, follow, in_chain):
 
 
 @njit(cache=True, nogil=True)
-def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow):
+def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow, chain_memo):
     """Fill out[HUB, UTF8, UTF8_FROM_G, LENGTH, CHARS] and in_chain (the bytes on which the
     hub moves on to one same state; all False without a hub) for frame state g; 0, or
     NEED_SPACE. The UTF-8 slots are set only where the chain is a loop (the hub moves on to
@@ -80,7 +80,7 @@ def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow):
     the first states of that chain (from g, at most CHAR_STEPS) from which every multi-byte
     UTF-8 character leads to the chain's next state, as a byte of in_chain does (a counter of
     characters). `memo`: the states' utf8_target, kept between calls (_utf8_step);
-    `follow`: as for pops_on_chain."""
+    `follow`: as for pops_on_chain; `chain_memo`: lazydfa.extend_chain's."""
     out[:] = 0
     in_chain[:] = False
     table = dfa.table
@@ -101,7 +101,10 @@ def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow):
         chain = np.zeros(depth + 1, np.int64)
         chain[0], chain[1] = 1, hub
         pops = pops_on_chain(can_pop, follow, in_chain)
-        if extend_chain(nfa, dfa, chain, np.zeros(1, np.bool_), in_chain, pops, depth) < 0:
+        if (
+            extend_chain(nfa, dfa, chain, np.zeros(1, np.bool_), in_chain, pops, depth, chain_memo)
+            < 0
+        ):
             return NEED_SPACE
         out[LENGTH] = chain[0]
         prev = g

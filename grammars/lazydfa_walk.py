@@ -54,6 +54,7 @@ def walk(
     long_rows,
     limit,
     chars,
+    chain_memo,
 ):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
     way; a row reuses the states of the prefix it shares with the rows before, and rows that
@@ -79,7 +80,7 @@ def walk(
     are walked from the chain's end, and the others as for a loop. Where the chain's first
     `chars` states take a multi-byte character a step (a counter of characters,
     lazydfa_chain.chain_info), so are the tokens of such characters that fit: they are not
-    walked."""
+    walked. `chain_memo`: lazydfa.extend_chain's."""
     ids, data, ptr, lcp, group, ends_at = trie
     exits, full, exit_rows, exit_lcp, exit_group, in_chain, suffix_of, suffixes = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
@@ -91,7 +92,7 @@ def walk(
     if hub:
         chain[0], chain[1] = 1, hub
         pops = pops_on_chain(can_pop, follow, in_chain)
-        if extend_chain(nfa, dfa, chain, ends, in_chain, pops, depth) < 0:
+        if extend_chain(nfa, dfa, chain, ends, in_chain, pops, depth, chain_memo) < 0:
             return NEED_SPACE
         covering = chain[0] >= depth
         if prefix.shape[0] == allowed.shape[0]:

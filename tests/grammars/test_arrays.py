@@ -2,8 +2,10 @@
 
 import numpy as np
 
-from grammars import grammar, lazydfa_walk
+from grammars import grammar, lazydfa, lazydfa_walk
+from grammars.grammar import Machine
 from grammars.lazydfa_arrays import enlarged
+from grammars.regex import regex_to_node
 
 
 def test_enlarged_keeps_the_rows_and_fills_the_new_ones():
@@ -42,3 +44,28 @@ def test_mask_rows_are_zero_whatever_the_block_held():
         assert not row.any()
         row[:] = 0xFFFFFFFF
     assert (first == 7).all()  # rows handed out are not handed out again
+
+
+def _chain(machine, mask_bytes: bytes, memo) -> list[int]:
+    """The chain of the root's start state over the bytes of `mask_bytes` (lazydfa.extend_chain)."""
+    in_chain = np.zeros(256, np.bool_)
+    in_chain[list(mask_bytes)] = True
+    chain = np.zeros(9, np.int64)
+    chain[0], chain[1] = 1, machine.rule_start[machine.root]
+    ends = np.zeros(1, np.bool_)
+    assert machine._run(lazydfa.extend_chain, chain, ends, in_chain, False, 8, memo) == 0
+    return chain[1 : chain[0] + 1].tolist()
+
+
+def test_chain_memo_keeps_each_mask_apart():
+    machine = Machine({"root": regex_to_node("[a-z]{0,5}")}, "root")
+    memo = np.zeros((machine.dfa.table.shape[0], 5), np.int64)
+    letters = bytes(range(ord("a"), ord("z") + 1))
+    counter = _chain(machine, letters, memo)
+    assert len(counter) == 6  # the start and five letters
+    assert _chain(machine, letters, memo) == counter  # from the memo
+    # a byte the states send elsewhere ends the chain at once, whatever the memo holds
+    assert _chain(machine, letters + b"A", memo) == counter[:1]
+    assert _chain(machine, b"abc", memo) == counter  # a smaller mask sent the same way
+    fresh = np.zeros_like(memo)
+    assert _chain(machine, letters + b"A", fresh) == counter[:1]
