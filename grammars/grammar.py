@@ -442,9 +442,9 @@ def _byte_vocabulary() -> Vocabulary:
 
 class _RowBlocks:
     """Zeroed rows of `width` uint32 words carved from blocks of _ROW_BLOCK rows (the first
-    block _FIRST_ROWS: most grammars keep few masks, and a block of the vocabulary's width is
-    its own memory map, ~10 µs to make and to free): the many masks or walks a grammar keeps
-    are then few allocations, quick to free with it."""
+    block _FIRST_ROWS: most grammars keep few masks, and a large block costs ~10 µs to make
+    and to free): the many masks or walks a grammar keeps are then few allocations, quick to
+    free with it."""
 
     __slots__ = ("width", "rest")
 
