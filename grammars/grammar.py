@@ -137,6 +137,7 @@ class Machine:
         track = bool(self.has_pushes or can_pop)
         info = np.zeros(5, np.int64)
         in_chain = np.empty(256, np.bool_)
+        chain = np.zeros(vocab.max_len + 1, np.int64)  # made by chain_info, used by the walk
         if len(self._utf8_memo) < len(self.dfa.table):  # the memos cover every state
             self._utf8_memo = lazydfa_arrays.enlarged(self._utf8_memo, len(self.dfa.table))
             self._chain_memo = lazydfa_arrays.enlarged(self._chain_memo, len(self.dfa.table))
@@ -149,6 +150,7 @@ class Machine:
             in_chain,
             self._utf8_memo,
             follow if can_pop else _NO_FOLLOW,
+            chain,
             self._chain_memo,
         )
         slots = info.tolist()
@@ -179,6 +181,7 @@ class Machine:
             long_rows,
             length,
             chars,
+            chain,
             self._chain_memo,
         )
         return (

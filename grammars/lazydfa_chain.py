@@ -72,7 +72,7 @@ def pops_on_chain(can_pop, follow, in_chain):
 
 
 @njit(cache=True, nogil=True)
-def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow, chain_memo):
+def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow, chain, chain_memo):
     """Fill out[HUB, UTF8, UTF8_FROM_G, LENGTH, CHARS] and in_chain (the bytes on which the
     hub moves on to one same state; all False without a hub) for frame state g; 0, or
     NEED_SPACE. The UTF-8 slots are set only where the chain is a loop (the hub moves on to
@@ -80,9 +80,12 @@ def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow, chain_m
     the first states of that chain (from g, at most CHAR_STEPS) from which every multi-byte
     UTF-8 character leads to the chain's next state, as a byte of in_chain does (a counter of
     characters). `memo`: the states' utf8_target, kept between calls (_utf8_step);
-    `follow`: as for pops_on_chain; `chain_memo`: lazydfa.extend_chain's."""
+    `follow`: as for pops_on_chain; `chain` (depth + 1 slots): the chain where it is not a
+    loop (lazydfa.extend_chain's, chain[0] = 0 otherwise), for the walk to go on with;
+    `chain_memo`: extend_chain's."""
     out[:] = 0
     in_chain[:] = False
+    chain[0] = 0
     table = dfa.table
     if not dfa.done[g] and materialize(nfa, dfa, g) < 0:
         return NEED_SPACE
@@ -98,7 +101,6 @@ def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow, chain_m
         in_chain[b] = table[hub, b] == nxt
     out[HUB] = hub
     if nxt != hub:
-        chain = np.zeros(depth + 1, np.int64)
         chain[0], chain[1] = 1, hub
         pops = pops_on_chain(can_pop, follow, in_chain)
         if (

@@ -54,6 +54,7 @@ def walk(
     long_rows,
     limit,
     chars,
+    chain,
     chain_memo,
 ):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
@@ -80,17 +81,18 @@ def walk(
     are walked from the chain's end, and the others as for a loop. Where the chain's first
     `chars` states take a multi-byte character a step (a counter of characters,
     lazydfa_chain.chain_info), so are the tokens of such characters that fit: they are not
-    walked. `chain_memo`: lazydfa.extend_chain's."""
+    walked. `chain`: the hub's chain as lazydfa_chain.chain_info left it (chain[0] = 0: not
+    made yet), extended here; `chain_memo`: lazydfa.extend_chain's."""
     ids, data, ptr, lcp, group, ends_at = trie
     exits, full, exit_rows, exit_lcp, exit_group, in_chain, suffix_of, suffixes = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     states = np.empty(depth + 1, np.int64)
     passed = np.zeros(depth + 1, np.bool_)  # passed a viable point within the first d bytes
-    chain = np.zeros(depth + 1, np.int64)
     ends = np.zeros(1, np.bool_)
     covering = False
     if hub:
-        chain[0], chain[1] = 1, hub
+        if not chain[0]:
+            chain[0], chain[1] = 1, hub
         pops = pops_on_chain(can_pop, follow, in_chain)
         if extend_chain(nfa, dfa, chain, ends, in_chain, pops, depth, chain_memo) < 0:
             return NEED_SPACE
