@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -179,6 +180,13 @@ def engine_decode(
     result = {"start_s": round(time.perf_counter() - start, 1)}
     runner = engine.scheduler.runner
     result["graphs"] = len(runner.decode_graphs.graphs) if runner.decode_graphs else 0
+    try:
+        return _decode_runs(engine, device, batches, new_tokens, result)
+    finally:
+        engine.shutdown()
+
+
+def _decode_runs(engine, device: str, batches, new_tokens: int, result: dict):
     for b in batches:
         prompts = [[100 + i, 200, 300, 400] for i in range(b)]
         params = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
@@ -192,7 +200,6 @@ def engine_decode(
     outs = engine.generate(
         input_ids=prompts, sampling_params={"max_new_tokens": 24, "temperature": 0}
     )
-    engine.shutdown()
     return result, [o["output_ids"] for o in outs]
 
 
@@ -289,10 +296,57 @@ def _fits_schema(text: str) -> bool:
     )
 
 
+def guarded(entry: dict, key: str, fn, *args, **kwargs):
+    """entry[key] = fn(...); a failure is printed and kept as the section's error, and the
+    check goes on with the next section (one GPU run should say all it can)."""
+    try:
+        entry[key] = fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any failure is a finding to report
+        traceback.print_exc()
+        entry[key] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    print(key, entry[key], flush=True)
+    return entry[key]
+
+
 def default_tokenizer() -> str:
     from runtime.model.loader import resolve_model_path
 
     return os.environ.get("RADIXGEN_TOKENIZER_DIR") or resolve_model_path("smollm2")
+
+
+def check_shape(name, shape, tokenizer, device, batches, new_tokens, smoke) -> dict:
+    """Every Engine and baseline figure of one random-weight model; a failing section is
+    reported and the rest still run."""
+    entry = {}
+    try:
+        folder = random_model(shape, tokenizer, device)
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    tokens = {}
+
+    def decode(key, graphs, **options):
+        result, tokens[key] = engine_decode(folder, device, batches, new_tokens, graphs, **options)
+        return result
+
+    big = name in ("llama_1b", "tiny")
+    guarded(entry, "graphs", decode, "graphs", True, overlap_schedule="on")
+    guarded(entry, "eager", decode, "eager", False, overlap_schedule="on")
+    if "graphs" in tokens and "eager" in tokens:
+        entry["graphs_same_tokens_as_eager"] = same_tokens(tokens["graphs"], tokens["eager"])
+    if big:  # what overlap scheduling gains, and fp8 KV against the model's dtype
+        guarded(entry, "no_overlap", decode, "no_overlap", True, overlap_schedule="off")
+        guarded(entry, "fp8_kv", decode, "fp8", True, kv_cache_dtype="fp8_e4m3")
+        for key, other in (("no_overlap", "no_overlap"), ("fp8_kv", "fp8")):
+            if other in tokens and "graphs" in tokens:
+                entry[key]["same_tokens_as_graphs"] = same_tokens(tokens[other], tokens["graphs"])
+    guarded(entry, "transformers", hf_generate, folder, device, batches[:2], new_tokens)
+    if big:
+        guarded(entry, "prefix_reuse", prefix_reuse, folder, device, smoke)
+    if name in ("smollm2_135m", "tiny"):
+        guarded(entry, "constrained", constrained_batch, folder, device, smoke)
+    return entry
 
 
 def main() -> None:
@@ -307,43 +361,10 @@ def main() -> None:
     batches = (1, 4) if args.smoke else (1, 32, 128)
     new_tokens = 8 if args.smoke else args.new_tokens
     figures = {"bench": "gpu_check", "device": _device_name(device), "tests": args.tests}
-    figures["kernels"] = kernel_timings(device, args.smoke)
-    print("kernels", figures["kernels"], flush=True)
+    guarded(figures, "kernels", kernel_timings, device, args.smoke)
     shapes = SMOKE_SHAPES if args.smoke else SHAPES
     for name, shape in shapes.items():
-        folder = random_model(shape, tokenizer, device)
-        entry = figures[name] = {}
-        tokens = {}
-        for graphs in (True, False):
-            key = "graphs" if graphs else "eager"
-            entry[key], tokens[key] = engine_decode(
-                folder, device, batches, new_tokens, graphs, overlap_schedule="on"
-            )
-            print(name, key, entry[key], flush=True)
-        entry["graphs_same_tokens_as_eager"] = same_tokens(tokens["graphs"], tokens["eager"])
-        if name in ("llama_1b", "tiny"):  # what overlap scheduling gains
-            entry["no_overlap"], tokens["no_overlap"] = engine_decode(
-                folder, device, batches, new_tokens, True, overlap_schedule="off"
-            )
-            entry["no_overlap"]["same_tokens_as_overlap"] = same_tokens(
-                tokens["no_overlap"], tokens["graphs"]
-            )
-            print(name, "graphs without overlap", entry["no_overlap"], flush=True)
-        if name in ("llama_1b", "tiny"):
-            fp8 = dict(kv_cache_dtype="fp8_e4m3")
-            entry["fp8_kv"], tokens["fp8"] = engine_decode(
-                folder, device, batches, new_tokens, True, **fp8
-            )
-            entry["fp8_kv"]["same_tokens_as_auto"] = same_tokens(tokens["fp8"], tokens["graphs"])
-            print(name, "fp8 KV", entry["fp8_kv"], flush=True)
-        entry["transformers"] = hf_generate(folder, device, batches[:2], new_tokens)
-        print(name, "transformers", entry["transformers"], flush=True)
-        if name in ("llama_1b", "tiny"):
-            entry["prefix_reuse"] = prefix_reuse(folder, device, args.smoke)
-            print(name, "prefix reuse", entry["prefix_reuse"], flush=True)
-        if name in ("smollm2_135m", "tiny"):
-            entry["constrained"] = constrained_batch(folder, device, args.smoke)
-            print(name, "constrained", entry["constrained"], flush=True)
+        figures[name] = check_shape(name, shape, tokenizer, device, batches, new_tokens, args.smoke)
     print(json.dumps(figures))
 
 

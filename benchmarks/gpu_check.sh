@@ -4,7 +4,7 @@
 # CUDA graphs against transformers, prefix reuse, a constrained batch), ending with one JSON
 # line. On a bare GPU machine, first run benchmarks/gpu_prepare.sh where pip works and bring
 # .whl/ along: its wheels are installed here and its tokenizer used.
-#   bash benchmarks/gpu_check.sh
+#   bash benchmarks/gpu_check.sh      # GPU_CHECK_LOGS=DIR keeps the test logs there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -22,15 +22,16 @@ fi
 $PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA GPU'; print(torch.cuda.get_device_name())"
 # the tests written for the GPU first, then the kernel grid at head_dim 64 and 128 (each case
 # compiles its own kernels); each run's last line goes into the JSON line
+LOGS=${GPU_CHECK_LOGS:-/tmp}
 run_tests() {  # the run's end to stderr, its last line (the counts) to stdout
-  local limit=$1
-  shift
-  timeout "$limit" $PY -m pytest -q -p no:cacheprovider "$@" >/tmp/gpu-tests.log 2>&1 || true
-  tail -25 /tmp/gpu-tests.log >&2
-  tail -1 /tmp/gpu-tests.log
+  local log=$LOGS/$1.log limit=$2
+  shift 2
+  timeout "$limit" $PY -m pytest -q -p no:cacheprovider "$@" >"$log" 2>&1 || true
+  tail -25 "$log" >&2
+  tail -1 "$log"
 }
-first=$(run_tests 120 tests/runtime/model/test_cuda_graph.py tests/kernels \
+first=$(run_tests gpu-tests 120 tests/runtime/model/test_cuda_graph.py tests/kernels \
   -k "graph or fp8 or long or fill or whole_model or bitmask")
-grid=$(run_tests 90 tests/kernels -k "reference and (-64- or -128-)")
-timeout 240 $PY benchmarks/gpu_check.py --tokenizer "${RADIXGEN_TOKENIZER_DIR:-}" \
+grid=$(run_tests gpu-grid 75 tests/kernels -k "reference and (-64- or -128-)")
+timeout 270 $PY benchmarks/gpu_check.py --tokenizer "${RADIXGEN_TOKENIZER_DIR:-}" \
   --tests "graph, fp8 and whole-model tests: $first; kernel grid: $grid"
