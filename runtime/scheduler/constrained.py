@@ -22,16 +22,28 @@ class ConstrainedSteps:
     """Mixed into Scheduler, whose state (grammars, cache, pools, stats) these methods use."""
 
     def _compile(self, rid: str, sp, cancel: threading.Event, deadline: float):
-        """Runs in the grammar thread; the time limit counts from the request's arrival."""
+        """Runs in the grammar thread. The time limit counts from the request's arrival, or
+        from when the grammar kernels became ready if that is later: their one-time build
+        (numba's, over a minute on a fresh install, then read from its disk cache) is not the
+        request's compile."""
         inject("grammar", rid)
+        ready_at = self._ready_grammar_kernels()
+        deadline = max(deadline, ready_at + self.args.grammar_compile_timeout)
         return self.grammars.compile(sp, max(deadline - time.monotonic(), 0.0), cancel)
+
+    def _ready_grammar_kernels(self) -> float:
+        """Builds (or loads) the mask kernels once; when they became ready."""
+        if self._grammar_kernels_at is None:
+            from grammars import warm_up
+
+            warm_up()
+            self._grammar_kernels_at = time.monotonic()
+        return self._grammar_kernels_at
 
     def warm_up_grammars(self) -> None:
         """Compile the grammar kernels and start the compile process in the background, ahead
         of the first constrained request (which would otherwise wait for them)."""
-        from grammars import warm_up
-
-        self._compile_pool().submit(warm_up)
+        self._compile_pool().submit(self._ready_grammar_kernels)
         self._compile_pool().submit(self.grammars.worker.start)
 
     def _compile_pool(self) -> ThreadPoolExecutor:

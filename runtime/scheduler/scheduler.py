@@ -103,6 +103,7 @@ class Scheduler(ConstrainedSteps):
             self.tokenizer, self.vocab_size, args.json_whitespace, args.json_number_digits
         )
         self._grammar_pool: ThreadPoolExecutor | None = None
+        self._grammar_kernels_at: float | None = None  # when the mask kernels became ready
         self._mask_pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-mask")
         self.mask_words = (self.vocab_size + 31) // 32
         self.kv_pool = self.runner.kv_pool
