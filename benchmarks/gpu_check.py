@@ -83,7 +83,7 @@ def timed(fn, device: str, repeat: int) -> float:
     return (time.perf_counter() - start) / repeat
 
 
-def kernel_timings(device: str, smoke: bool) -> dict:
+def kernel_timings(device: str, smoke: bool, decode: bool = True) -> dict:
     """Decode: 64 requests x 2,048 cached tokens (GB/s of K/V read); extend: 8 x 512 new
     tokens over 1,024 cached (TFLOP/s of QK^T and PV); bf16, 32 heads, 8 KV heads, dim 128."""
     from kernels import decode_attention_fwd, extend_attention_fwd
@@ -101,10 +101,11 @@ def kernel_timings(device: str, smoke: bool) -> dict:
     kv_indices = (torch.randperm(slots - 1, device=device)[: batch * length] + 1).int()
     q = torch.randn(batch, heads, dim, device=device, dtype=dt)
     o = torch.empty_like(q)
-    for name, kb, vb in (
+    kinds = (
         ("decode", k_buf, v_buf),
         ("decode_fp8", k_buf.to(torch.float8_e4m3fn), v_buf.to(torch.float8_e4m3fn)),
-    ):
+    )
+    for name, kb, vb in kinds if decode else ():
         t = timed(
             lambda kb=kb, vb=vb: decode_attention_fwd(q, kb, vb, o, kv_indptr, kv_indices, 8),
             device,
@@ -126,6 +127,79 @@ def kernel_timings(device: str, smoke: bool) -> dict:
     flops = 4 * reqs * heads * dim * new * (prefix + new / 2)  # causal half of the new block
     out["extend_ms"] = round(1000 * t, 4)
     out["extend_tflop_s"] = round(flops / t / 1e12, 2)
+    return out
+
+
+EXTEND_CONFIGS = [  # BLOCK_M, BLOCK_N, warps, stages: the first is the kernel's own choice
+    (128, 64, 8, 2),
+    (128, 64, 8, 3),
+    (128, 64, 4, 3),
+    (128, 128, 8, 2),
+    (128, 32, 4, 3),
+    (64, 64, 4, 3),
+    (64, 128, 4, 2),
+    (64, 32, 4, 4),
+]
+
+
+def extend_sweep(device: str, smoke: bool) -> dict:
+    """The extend kernel's TFLOP/s (the shape of kernel_timings) for each block configuration
+    in EXTEND_CONFIGS, chosen by replacing the kernel's own choice for the call."""
+    from kernels import triton_ops
+
+    chosen = triton_ops._extend_blocks
+    out = {}
+    try:
+        for bm, bn, warps, stages in EXTEND_CONFIGS[: 2 if smoke else None]:
+            triton_ops._extend_blocks = lambda q, d, c=(bm, bn, warps, stages): (
+                c[0],
+                c[1],
+                {"num_warps": c[2], "num_stages": c[3]} if q.is_cuda else {},
+            )
+            try:
+                figures = kernel_timings(device, smoke, decode=False)
+                out[f"{bm}x{bn}_w{warps}_s{stages}"] = figures["extend_tflop_s"]
+            except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory
+                out[f"{bm}x{bn}_w{warps}_s{stages}"] = f"{type(exc).__name__}"
+    finally:
+        triton_ops._extend_blocks = chosen
+    return out
+
+
+def profile_decode(folder: str, device: str, batches, overlap: str) -> dict:
+    """torch.profiler over 16 decode steps at each batch size (graphs on): the host ops that
+    take the most time a step, printed as a table; returned: ms per step with the profiler on
+    and the top five ops' self CPU ms per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    engine = make_engine(folder, device, overlap_schedule=overlap)
+    out = {}
+    try:
+        for b in batches:
+            prompts = [[100 + i, 200, 300, 400] for i in range(b)]
+            params = {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True}
+            engine.generate(input_ids=prompts, sampling_params=params)
+            sync(device)
+            activities = [ProfilerActivity.CPU] + (
+                [ProfilerActivity.CUDA] if device == "cuda" else []
+            )
+            with profile(activities=activities) as prof:
+                t = time.perf_counter()
+                engine.generate(input_ids=prompts, sampling_params=params)
+                sync(device)
+                elapsed = time.perf_counter() - t
+            table = prof.key_averages()
+            print(f"profile batch {b} overlap {overlap}", flush=True)
+            print(table.table(sort_by="self_cpu_time_total", row_limit=22), flush=True)
+            top = sorted(table, key=lambda e: -e.self_cpu_time_total)[:5]
+            out[f"batch_{b}"] = {
+                "ms_per_step": round(1000 * elapsed / 16, 3),
+                "top_self_cpu_ms_per_step": {
+                    e.key: round(e.self_cpu_time_total / 1000 / 16, 3) for e in top
+                },
+            }
+    finally:
+        engine.shutdown()
     return out
 
 
@@ -315,9 +389,9 @@ def default_tokenizer() -> str:
     return os.environ.get("RADIXGEN_TOKENIZER_DIR") or resolve_model_path("smollm2")
 
 
-def check_shape(name, shape, tokenizer, device, batches, new_tokens, smoke) -> dict:
-    """Every Engine and baseline figure of one random-weight model; a failing section is
-    reported and the rest still run."""
+def check_shape(name, shape, tokenizer, device, batches, new_tokens, smoke, wanted) -> dict:
+    """Every Engine and baseline figure of one random-weight model that `wanted` (a set of
+    section names) asks for; a failing section is reported and the rest still run."""
     entry = {}
     try:
         folder = random_model(shape, tokenizer, device)
@@ -330,23 +404,50 @@ def check_shape(name, shape, tokenizer, device, batches, new_tokens, smoke) -> d
         result, tokens[key] = engine_decode(folder, device, batches, new_tokens, graphs, **options)
         return result
 
+    def fast_switch_decode():  # the GIL handed between the two threads every 0.2 ms, not 5
+        before = sys.getswitchinterval()
+        sys.setswitchinterval(0.0002)
+        try:
+            return decode("fast_switch", True, overlap_schedule="on")
+        finally:
+            sys.setswitchinterval(before)
+
     big = name in ("llama_1b", "tiny")
-    guarded(entry, "graphs", decode, "graphs", True, overlap_schedule="on")
-    guarded(entry, "eager", decode, "eager", False, overlap_schedule="on")
-    if "graphs" in tokens and "eager" in tokens:
-        entry["graphs_same_tokens_as_eager"] = same_tokens(tokens["graphs"], tokens["eager"])
-    if big:  # what overlap scheduling gains, and fp8 KV against the model's dtype
-        guarded(entry, "no_overlap", decode, "no_overlap", True, overlap_schedule="off")
-        guarded(entry, "fp8_kv", decode, "fp8", True, kv_cache_dtype="fp8_e4m3")
-        for key, other in (("no_overlap", "no_overlap"), ("fp8_kv", "fp8")):
-            if other in tokens and "graphs" in tokens:
-                entry[key]["same_tokens_as_graphs"] = same_tokens(tokens[other], tokens["graphs"])
-    guarded(entry, "transformers", hf_generate, folder, device, batches[:2], new_tokens)
-    if big:
+    runs = [
+        ("graphs", "graphs", lambda: decode("graphs", True, overlap_schedule="on")),
+        ("eager", "eager", lambda: decode("eager", False, overlap_schedule="on")),
+        ("no_overlap", "no_overlap", lambda: decode("no_overlap", True, overlap_schedule="off")),
+        ("fast_switch", "fast_switch", fast_switch_decode),
+        ("fp8_kv", "fp8", lambda: decode("fp8", True, kv_cache_dtype="fp8_e4m3")),
+    ]
+    for key, section, run in runs:
+        if section in wanted and (big or section not in ("fp8",)):
+            guarded(entry, key, run)
+    for key in ("eager", "no_overlap", "fast_switch", "fp8"):
+        if key in tokens and "graphs" in tokens:
+            entry[f"{key}_same_tokens_as_graphs"] = same_tokens(tokens[key], tokens["graphs"])
+    if "transformers" in wanted:
+        guarded(entry, "transformers", hf_generate, folder, device, batches[:2], new_tokens)
+    if "prefix" in wanted and big:
         guarded(entry, "prefix_reuse", prefix_reuse, folder, device, smoke)
-    if name in ("smollm2_135m", "tiny"):
+    if "constrained" in wanted and name in ("smollm2_135m", "tiny"):
         guarded(entry, "constrained", constrained_batch, folder, device, smoke)
+    if "profile" in wanted and big:
+        for overlap in ("off", "on"):
+            guarded(
+                entry,
+                f"profile_overlap_{overlap}",
+                profile_decode,
+                folder,
+                device,
+                batches[::2],
+                overlap,
+            )
     return entry
+
+
+SECTIONS = "kernels,graphs,eager,no_overlap,fp8,transformers,prefix,constrained"
+EXTRAS = "sweep,profile,fast_switch"
 
 
 def main() -> None:
@@ -355,16 +456,24 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, few tokens, any device")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--tests", default="", help="the GPU test runs' counts (gpu_check.sh)")
+    parser.add_argument("--skip", default="", help=f"sections to leave out, of {SECTIONS}")
+    parser.add_argument("--extra", default="", help=f"sections to add, of {EXTRAS}")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = args.tokenizer or default_tokenizer()
     batches = (1, 4) if args.smoke else (1, 32, 128)
     new_tokens = 8 if args.smoke else args.new_tokens
     figures = {"bench": "gpu_check", "device": _device_name(device), "tests": args.tests}
-    guarded(figures, "kernels", kernel_timings, device, args.smoke)
+    wanted = set(SECTIONS.split(",")) - set(args.skip.split(",")) | set(args.extra.split(","))
+    if "kernels" in wanted:
+        guarded(figures, "kernels", kernel_timings, device, args.smoke)
+    if "sweep" in wanted:
+        guarded(figures, "extend_sweep", extend_sweep, device, args.smoke)
     shapes = SMOKE_SHAPES if args.smoke else SHAPES
     for name, shape in shapes.items():
-        figures[name] = check_shape(name, shape, tokenizer, device, batches, new_tokens, args.smoke)
+        figures[name] = check_shape(
+            name, shape, tokenizer, device, batches, new_tokens, args.smoke, wanted
+        )
     print(json.dumps(figures))
 
 

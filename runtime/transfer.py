@@ -23,7 +23,7 @@ def to_device(
     floats: Sequence[Sequence[float]] = (),
 ) -> list[torch.Tensor]:
     """An int64 tensor for each list in `ints`, then a float32 tensor for each in `floats`,
-    all on `device`."""
+    all on `device`. Off the CPU they are consecutive slices of one buffer, in that order."""
     device = torch.device(device)
     if device.type == "cpu":  # most lists of a step are empty: those share one empty tensor
         return [torch.tensor(x, dtype=torch.int64) if x else _EMPTY_INTS for x in ints] + [

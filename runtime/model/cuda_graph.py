@@ -46,12 +46,16 @@ class DecodeGraphs:
         device = table.req_to_token.device
         self.pad_row = table.alloc()  # padding requests read slot 0 through this row of zeros
         table.req_to_token[self.pad_row].zero_()
-        self.input_ids = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
-        self.out_cache_loc = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
-        # rows of request_lens: slot-table row, new tokens (always 1), tokens with KV
-        self.request_lens = torch.ones((3, self.max_bs), dtype=torch.int64, device=device)
-        self.request_lens[0] = self.pad_row
+        # one block, its rows as ForwardBatch.packed lays a decode batch out (input ids,
+        # positions, logit rows (unused here), slot-table rows, new tokens (always 1), tokens
+        # with KV), then the KV slots; `padding` holds what padding rows read
+        self.padding = torch.zeros((7, self.max_bs), dtype=torch.int64, device=device)
+        self.padding[3] = self.pad_row
+        self.padding[4:6] = 1
+        self.static = self.padding.clone()
+        self.input_ids, self.positions = self.static[0], self.static[1]
+        self.request_lens = self.static[3:6]
+        self.out_cache_loc = self.static[6]
         self.rows = torch.arange(self.max_bs, device=device)
         self.kv_indices = torch.zeros(
             self.max_bs * table.max_context, dtype=torch.int32, device=device
@@ -72,22 +76,26 @@ class DecodeGraphs:
         product, and no [bucket, vocabulary] output kept alive per bucket)."""
         bs = len(batch.extend_lens)
         size = next(s for s in self.sizes if s >= bs)
-        rows, _, seq_lens = batch.request_tensors(self.input_ids.device)
-        self.input_ids[:bs].copy_(batch.input_ids)
-        self.positions[:bs].copy_(batch.positions)
+        if batch.packed is not None:  # one copy on the device
+            self.static[:6, :bs].copy_(batch.packed)
+        else:
+            rows, _, seq_lens = batch.request_tensors(self.input_ids.device)
+            self.input_ids[:bs].copy_(batch.input_ids)
+            self.positions[:bs].copy_(batch.positions)
+            self.request_lens[0, :bs].copy_(rows)
+            self.request_lens[2, :bs].copy_(seq_lens)
         self.out_cache_loc[:bs].copy_(batch.out_cache_loc)
-        self.request_lens[0, :bs].copy_(rows)
-        self.request_lens[2, :bs].copy_(seq_lens)
         if size > bs:  # a larger batch may have left real slots and rows there
-            self.out_cache_loc[bs:size].zero_()
-            self.request_lens[0, bs:size] = self.pad_row
-            self.request_lens[2, bs:size] = 1
+            self.static[:, bs:size].copy_(self.padding[:, bs:size])
         if size in self.graphs:
             self.graphs[size].replay()
             hidden = self.outputs[size]
         else:
             hidden = self._step(size)
-        return self.model.compute_logits(hidden[:bs].index_select(0, batch.logit_rows))
+        hidden = hidden[:bs]
+        if batch.logit_rows.numel() < bs:  # else every row, in order (rows ascend)
+            hidden = hidden.index_select(0, batch.logit_rows)
+        return self.model.compute_logits(hidden)
 
     def _step(self, size: int) -> torch.Tensor:
         """One decode step of the first `size` rows of the static buffers, all on the device;

@@ -24,6 +24,14 @@ class SampleOutput:
     logprobs: list[float] | None  # of the chosen tokens under the model's distribution
     top_logprobs: list[list[tuple[float, int]]] | None
 
+    def row(self, i: int) -> tuple:
+        """(token, logprob or None, top logprobs or None) of request i."""
+        return (
+            self.next_ids[i],
+            None if self.logprobs is None else self.logprobs[i],
+            None if self.top_logprobs is None else self.top_logprobs[i],
+        )
+
 
 _Column = list | torch.Tensor
 
@@ -149,30 +157,36 @@ def sample(
     bitmask: torch.Tensor | None = None,
     rows: list[int] | None = None,
     made: list[int] | None = None,
-) -> SampleOutput:
+    defer: bool = False,
+) -> SampleOutput | Picks:
     """Pick one next token per request from its row of `logits` ([N, V] float32): row
     `rows[i]` for request i, by default row i. `bitmask` (fill_grammar_bitmask, on the host)
     limits the rows of constrained requests, before penalties, temperature, top-k, top-p and
     min-p. `made` counts each request's output tokens where a step still in flight will add
     to its output_ids (penalties read the output_ids themselves). Everything runs on the
-    logits' device; only the chosen ids and the logprobs asked for come back."""
+    logits' device; only the chosen ids and the logprobs asked for come back. With `defer`,
+    the Picks are returned without waiting for the device."""
     vocab = logits.shape[1]
     params = [r.sampling_params for r in reqs]
     penalty_rows = [i for i, sp in enumerate(params) if sp.has_penalties]
     rows = list(range(len(reqs))) if rows is None else rows
     host = _batch_params(reqs, rows, eos_ids, penalty_rows, vocab, made)
-    p = host.to(logits.device)
     want_logprob = any(r.return_logprob for r in reqs)
     on_cpu = logits.device.type == "cpu"
     edited = bitmask is not None or bool(host.ban_rows or host.bias_rows or penalty_rows)
-    # On the CPU a batch whose rows nothing edits is read where the forward put them (its
-    # greedy picks in one native pass); otherwise request i's row is copied to row i.
-    copied = edited or not on_cpu
+    # request i samples from row i (a decode batch): unedited greedy rows need no parameters
+    # on the device, hence no copy to it
+    in_order = rows == list(range(logits.shape[0]))
+    p = None if in_order and not edited and not host.random_rows else host.to(logits.device)
+    # Rows that are edited are copied first (a retry after a failure reads the forward's
+    # logits again). On the CPU, unedited rows are read where the forward put them (their
+    # greedy picks in one native pass); elsewhere request i's row is brought to row i.
+    copied = edited or not (on_cpu or in_order)
     if copied:
-        logits = logits[p.rows]  # a copy, edited in place from here on
+        logits, in_order = logits[p.rows], True  # a copy, edited in place from here on
     raw_logprobs = None
     if want_logprob:
-        raw_logprobs = torch.log_softmax(logits if copied else logits[p.rows], dim=-1)
+        raw_logprobs = torch.log_softmax(logits if in_order else logits[p.rows], dim=-1)
     if bitmask is not None:
         apply_token_bitmask(logits, bitmask)
     if host.ban_rows:
@@ -184,18 +198,19 @@ def sample(
 
     # NaN (extreme penalties or a broken model) counts as -inf
     native = (
-        qgemv.argmax_rows(logits, list(range(len(reqs))) if copied else rows) if on_cpu else None
+        qgemv.argmax_rows(logits, list(range(len(reqs))) if in_order else rows) if on_cpu else None
     )
     if native is not None:
         next_ids = torch.tensor(native)
     else:
-        if not copied:
-            logits, copied = logits[p.rows], True
-        logits.masked_fill_(logits.isnan(), float("-inf"))
+        if not in_order:
+            logits, in_order = logits[p.rows], True
+        inf = float("inf")  # one op (the forward's logits are inference tensors: no in place)
+        logits = torch.nan_to_num(logits, nan=-inf, posinf=inf, neginf=-inf)
         next_ids = logits.argmax(dim=-1)
     if host.random_rows:
         idx = p.random_rows
-        chosen = logits[idx] if copied else logits[p.rows[idx]]
+        chosen = logits[idx] if in_order else logits[p.rows[idx]]
         if native is not None:  # the native picks left NaN in place
             chosen.masked_fill_(chosen.isnan(), float("-inf"))
         probs = torch.softmax(chosen / p.temperature[:, None], dim=-1)
@@ -205,19 +220,64 @@ def sample(
             probs = _filter_probs(probs, p.top_k, p.top_p, p.min_p)
         next_ids[idx] = _draw(probs, [reqs[i] for i in host.random_rows])
 
-    ids = next_ids.tolist()
-    logprobs = top = None
+    chosen_lp = top_v = top_i = None
+    k = 0
     if raw_logprobs is not None:
-        logprobs = raw_logprobs.gather(1, next_ids[:, None]).squeeze(1).tolist()
+        chosen_lp = raw_logprobs.gather(1, next_ids[:, None]).squeeze(1)
         k = max(r.top_logprobs_num for r in reqs)
         if k > 0:
-            values, indices = raw_logprobs.topk(min(k, vocab), dim=-1)
-            values, indices = values.tolist(), indices.tolist()
-            top = [
-                list(zip(values[i][: r.top_logprobs_num], indices[i][: r.top_logprobs_num]))
-                for i, r in enumerate(reqs)
-            ]
-    return SampleOutput(ids, logprobs, top)
+            top_v, top_i = raw_logprobs.topk(min(k, vocab), dim=-1)
+    picks = Picks(next_ids, chosen_lp, top_v, top_i, [r.top_logprobs_num for r in reqs], defer)
+    return picks if defer else picks.output()
+
+
+class Picks:
+    """What one sample() call chose, still on the logits' device: `next_ids` can feed a later
+    step there without waiting, while their copy to the host (started at once, into pinned
+    memory, on CUDA) is read by `output()`, which waits for it the first time."""
+
+    def __init__(self, next_ids, logprobs, top_values, top_indices, top_nums, copy_now: bool):
+        self.next_ids = next_ids
+        self._parts = [next_ids, logprobs, top_values, top_indices]
+        self._top_nums = top_nums
+        self._event = None
+        self._output: SampleOutput | None = None
+        if copy_now and next_ids.is_cuda:
+            self._parts = [None if t is None else _host_copy(t) for t in self._parts]
+            self._event = torch.cuda.Event()
+            self._event.record()
+
+    def output(self) -> SampleOutput:
+        if self._output is None:
+            if self._event is not None:
+                self._event.synchronize()
+            ids, logprobs, values, indices = (
+                None if t is None else t.tolist() for t in self._parts
+            )
+            top = None
+            if values is not None:
+                top = [list(zip(v[:n], i[:n])) for v, i, n in zip(values, indices, self._top_nums)]
+            self._output = SampleOutput(ids, logprobs, top)
+            self._parts = []
+        return self._output
+
+
+class PickedRow:
+    """Row `index` of a deferred sample() call's Picks: `result()` waits for the host copy."""
+
+    __slots__ = ("picks", "index")
+
+    def __init__(self, picks: Picks, index: int):
+        self.picks, self.index = picks, index
+
+    def result(self) -> tuple:
+        return self.picks.output().row(self.index)
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of device tensor `t` into pinned host memory, under way when this returns."""
+    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    return out.copy_(t, non_blocking=True)
 
 
 def _certain_where_broken(probs: torch.Tensor, argmax: torch.Tensor) -> None:

@@ -34,9 +34,11 @@ import torch
 
 from runtime.model.attention.base import ForwardBatch
 from runtime.model.runner import pick_device
+from runtime.sampling.sampler import PickedRow
 from runtime.scheduler.req import Req
 from runtime.scheduler.scheduler import Scheduler, _Planned
 from runtime.server_args import ServerArgs
+from runtime.transfer import to_device
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ class _Launched:
 
 class OverlapScheduler(Scheduler):
     """Scheduler whose step() launches the next forward before landing the one in flight."""
+
+    defer_picks = True  # the forward thread never waits for the device: landing reads them
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -159,32 +163,53 @@ class OverlapScheduler(Scheduler):
         self._mask_pool.submit(self._masks, launched.sampling).add_done_callback(settle)
 
     def _run(self, launched: _Launched, fills: list[tuple[int, tuple]]) -> tuple:
-        """On the forward thread: the pending input tokens, the forward, the sampling."""
+        """On the forward thread: the pending input tokens, the forward, the sampling. Nothing
+        here waits for the device: a pending token is copied on the device from the ids the
+        step before picked (its host copy is read when that step lands)."""
         if fills:
-            tokens = []
-            for _, (source, index) in fills:
-                try:  # that step ran on this thread before: its results are there
-                    _, samples = source.future.result()  # (prompt logprobs, samples)
-                    _, (token, _, _) = samples[index]  # (planned, (token, logprob, top))
-                except Exception:  # that step failed: its requests fail as it lands
-                    token = None
-                tokens.append(0 if token is None else token)  # None: that request failed
-            batch = launched.batch
-            rows = torch.tensor([dst for dst, _ in fills], device=batch.input_ids.device)
-            values = torch.tensor(tokens, dtype=batch.input_ids.dtype)
-            batch.input_ids[rows] = values.to(batch.input_ids.device)
+            self._fill_pending(launched.batch.input_ids, fills)
         logits = self.runner.forward(launched.batch)
         return self._results(launched.plan, launched.sampling, logits, launched.bitmask)
+
+    @staticmethod
+    def _fill_pending(input_ids: torch.Tensor, fills: list[tuple[int, tuple]]) -> None:
+        """Write each pending token into `input_ids` (row `dst`): the device ids its step
+        picked, or 0 where that request's sampling failed (it fails as that step lands)."""
+        on_device: dict[int, tuple] = {}  # id(Picks) -> (Picks, dst rows, source rows)
+        on_host: list[tuple[int, int]] = []
+        for dst, (source, index) in fills:
+            try:  # that step ran on this thread before: its results are there
+                _, samples = source.future.result()  # (prompt logprobs, samples)
+                _, pick = samples[index]  # (planned, PickedRow or (token, logprob, top))
+            except Exception:  # that step failed: its requests fail as it lands
+                pick = (None, None, None)
+            if isinstance(pick, PickedRow):
+                entry = on_device.setdefault(id(pick.picks), (pick.picks, [], []))
+                entry[1].append(dst)
+                entry[2].append(pick.index)
+            else:
+                on_host.append((dst, 0 if pick[0] is None else pick[0]))
+        device = input_ids.device
+        for picks, dst, src in on_device.values():
+            dst_t, src_t = to_device(device, [dst, src])
+            input_ids[dst_t] = picks.next_ids[src_t].to(input_ids.dtype)
+        if on_host:
+            (dst_t, values) = to_device(device, [[d for d, _ in on_host], [v for _, v in on_host]])
+            input_ids[dst_t] = values.to(input_ids.dtype)
 
     def _land(self, launched: _Launched) -> list[Req]:
         """Wait for a launched step and apply it; then free the rows it was holding."""
         slots = launched.batch.out_cache_loc
         try:
             try:
-                results = launched.future.result()
+                prompt, samples = launched.future.result()
+                samples = [  # the picks' host copies: the one wait for the device
+                    (p, pick.result() if isinstance(pick, PickedRow) else pick)
+                    for p, pick in samples
+                ]
             except Exception as exc:  # fail that step's requests, keep serving the others
                 return self._fail(launched.plan, slots, launched.bitmask, exc)
-            return self._apply(launched.plan, results, slots)
+            return self._apply(launched.plan, (prompt, samples), slots)
         finally:
             for row in launched.held_rows:
                 self.req_to_token_pool.free(row)

@@ -24,7 +24,7 @@ from runtime.model.attention.base import ForwardBatch
 from runtime.model.loader import load_tokenizer, resolve_tokenizer_path
 from runtime.model.parallel import ParallelConfig, TensorParallelError
 from runtime.model.runner import ModelRunner
-from runtime.sampling.sampler import fill_grammar_bitmask, prompt_logprobs, sample
+from runtime.sampling.sampler import PickedRow, fill_grammar_bitmask, prompt_logprobs, sample
 from runtime.scheduler.constrained import ConstrainedSteps
 from runtime.scheduler.grammar_backend import GrammarBackend
 from runtime.scheduler.policy import match_len_limit, order_waiting
@@ -80,6 +80,8 @@ class SchedulerStats:
 
 class Scheduler(ConstrainedSteps):
     """Owns the model runner, the waiting queue and the running batch."""
+
+    defer_picks = False  # sampled tokens are read on the host before a step returns
 
     def __init__(self, args: ServerArgs, parallel: ParallelConfig | None = None, on_loaded=None):
         self.args = args
@@ -541,15 +543,10 @@ class Scheduler(ConstrainedSteps):
         if bitmask is None:
             bitmask = self._masks(sampling)
         rows, made = [p.sample_row for p in sampling], [p.made for p in sampling]
-        out = sample(logits, reqs, self.eos_ids, bitmask, rows, made)
-        return [
-            (
-                out.next_ids[i],
-                None if out.logprobs is None else out.logprobs[i],
-                None if out.top_logprobs is None else out.top_logprobs[i],
-            )
-            for i in range(len(reqs))
-        ]
+        out = sample(logits, reqs, self.eos_ids, bitmask, rows, made, self.defer_picks)
+        if self.defer_picks:  # read on the host when the step lands
+            return [PickedRow(out, i) for i in range(len(reqs))]
+        return [out.row(i) for i in range(len(reqs))]
 
     def _check_finished(self, req: Req) -> None:
         sp, last = req.sampling_params, req.output_ids[-1]

@@ -30,6 +30,10 @@ class ForwardBatch:
     metadata: object = field(default=None)  # set by the attention backend
     # [3, B] on the device: req_pool_indices, extend_lens and seq_lens (see request_tensors)
     request_lens: torch.Tensor | None = None
+    # a decode batch sent in one copy: [6, B] over that copy's buffer, whose rows are
+    # input_ids, positions, logit_rows, req_pool_indices, extend_lens, seq_lens (a CUDA
+    # graph's inputs then take one copy on the device); None otherwise
+    packed: torch.Tensor | None = None
 
     @classmethod
     def from_host(
@@ -50,6 +54,9 @@ class ForwardBatch:
         ids_t, positions_t, logit_rows_t, per_request = to_device(
             device, [input_ids, positions, logit_rows, rows + extend_lens + seq_lens]
         )
+        n, packed = len(requests), None
+        if len(input_ids) == len(logit_rows) == n and ids_t.device.type != "cpu":
+            packed = ids_t.as_strided((6, n), (n, 1))  # to_device's one buffer, in order
         return cls(
             input_ids=ids_t,
             positions=positions_t,
@@ -59,6 +66,7 @@ class ForwardBatch:
             seq_lens=seq_lens,
             logit_rows=logit_rows_t,
             request_lens=per_request.view(3, -1),
+            packed=packed,
         )
 
     @property
@@ -77,6 +85,8 @@ class ForwardBatch:
     def token_rows(self) -> torch.Tensor:
         """The req_to_token row of each new token, on the device."""
         rows, extend_lens, _ = self.request_tensors(self.input_ids.device)
+        if self.num_tokens == len(self.extend_lens):  # one token each: no op to launch
+            return rows
         return torch.repeat_interleave(rows, extend_lens, output_size=self.num_tokens)
 
 

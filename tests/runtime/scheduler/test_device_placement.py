@@ -203,3 +203,42 @@ def test_cuda_graph_step_reads_only_device_tensors_and_never_syncs(tmp_path, mon
             logits = graphs.run(batch)
         assert (guard.mixed, guard.scalar_reads, guard.to_device, guard.to_host) == ([], 0, 0, [])
         assert logits.is_meta and logits.shape == (len(requests), VOCAB)
+
+
+def test_overlap_forward_thread_never_waits_for_the_device(tmp_path_factory, smollm2_folder):
+    """With overlap scheduling, the forward thread launches step N+1 before step N's tokens
+    are on the host: N+1's pending input ids are copied on the device from N's picks, and
+    nothing on that thread copies back or reads a device scalar (each would wait for the
+    GPU). Landing, on the scheduling thread, reads the picks."""
+    from runtime.scheduler.overlap import OverlapScheduler
+
+    folder = make_tiny_model(str(tmp_path_factory.mktemp("tiny")), smollm2_folder, "llama")
+    args = ServerArgs(
+        model_path=folder, dtype="float32", attention_backend="torch", max_total_tokens=1024
+    )
+    args.device = "meta"
+    s = OverlapScheduler(args)
+    forward_guards, landing_guards = [], []
+    run = s._run
+
+    def guarded_run(*a):
+        guard = DeviceGuard()
+        forward_guards.append(guard)
+        with guard:
+            return run(*a)
+
+    s._run = guarded_run
+    reqs = [_req(f"r{i}", [10 + i, 20, 30], temperature=0) for i in range(3)]
+    reqs.append(_req("sampled", [40, 41], temperature=0.7, top_p=0.9))
+    for req in reqs:
+        s.add_request(req)
+    while s.has_work():
+        guard = DeviceGuard()
+        with guard:
+            s.step()
+        landing_guards.append(guard)
+    assert [r.output_ids for r in reqs] == [[0, 0, 0]] * 4
+    assert s.stats.overlapped_steps >= 2  # steps launched with pending tokens filled on device
+    assert sum(g.scalar_reads + len(g.to_host) for g in forward_guards) == 0
+    assert [m for g in forward_guards + landing_guards for m in g.mixed] == []
+    assert sum(len(g.to_host) for g in landing_guards) > 0  # the picks, read as steps land
