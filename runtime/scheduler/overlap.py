@@ -43,6 +43,14 @@ from runtime.transfer import to_device
 logger = logging.getLogger(__name__)
 
 
+# Larger steps are launched and landed in turn. Both threads run Python under one GIL, and
+# with many requests the landing and planning of one step slow the launching of the next more
+# than the overlap saves: on an H200 (benchmarks/gpu_check.py, CUDA graphs, greedy decode of
+# random Llama-1B / SmolLM2-135M shapes) overlapped steps gained 11% / 21% at batch 1 and 19% /
+# 25% at batch 32 but lost 45% / 26% at batch 128.
+OVERLAP_MAX_BATCH = 64
+
+
 @dataclass(eq=False)
 class _Launched:
     plan: list[_Planned]
@@ -78,6 +86,8 @@ class OverlapScheduler(Scheduler):
         return [] if launched is None else self._land(launched)
 
     def step(self) -> list[Req]:
+        if self._inflight is not None and len(self.running) > OVERLAP_MAX_BATCH:
+            self._drained += self.drain()  # a large batch: one step at a time from here
         touched = self._collect_grammars()
         self._admit()
         plan = self._plan()
@@ -94,8 +104,11 @@ class OverlapScheduler(Scheduler):
         elif not plan:
             self._wait_for_grammars()
         launched = self._inflight
-        if launched is not None and all(p.req.req_pool_idx is None for p in launched.plan):
-            touched += self.drain()  # rows of finished requests only: land them now
+        if launched is not None and (
+            len(launched.plan) > OVERLAP_MAX_BATCH  # lands now: see OVERLAP_MAX_BATCH
+            or all(p.req.req_pool_idx is None for p in launched.plan)  # finished rows only
+        ):
+            touched += self.drain()
         return touched
 
     def flush_cache(self) -> bool:

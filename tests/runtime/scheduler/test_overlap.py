@@ -125,6 +125,34 @@ def test_every_sampling_feature_gives_the_same_tokens(engines):
     jsonschema.validate(json.loads(on[8]["text"]), SCHEMA)
 
 
+def test_large_batches_run_step_by_step_with_the_same_tokens(engines, monkeypatch):
+    """Past OVERLAP_MAX_BATCH running requests, each step lands before the next is planned
+    (no step is launched with tokens still pending); below it, steps overlap again."""
+    from runtime.scheduler import overlap
+
+    monkeypatch.setattr(overlap, "OVERLAP_MAX_BATCH", 3)
+    params = [{"max_new_tokens": n, "temperature": 0, "ignore_eos": True} for n in (6, 6, 6, 6, 24)]
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(5)]
+    reference = [o["output_ids"] for o in engines["off"].generate(prompts, params)]
+    e = engines["on"]
+    s = e.scheduler
+    launched_large = []
+    launch = s._launch
+
+    def watched(plan):
+        launched = launch(plan)  # its batch built: the rows whose token is pending are known
+        if len(plan) > 3:
+            launched_large.append(any(p.pending is not None for p in plan))
+        return launched
+
+    monkeypatch.setattr(s, "_launch", watched)
+    before = e.get_stats()["overlapped_steps"]
+    assert [o["output_ids"] for o in e.generate(prompts, params)] == reference
+    assert launched_large and not any(launched_large)  # nothing pending in large steps
+    assert e.get_stats()["overlapped_steps"] > before  # the last request alone overlaps
+    assert_pool_whole(e)
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
