@@ -455,13 +455,14 @@ def main() -> None:
     parser.add_argument("--tokenizer", default=None, help="folder with SmolLM2's tokenizer files")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, few tokens, any device")
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--batches", default="1,32,128", help="decode batch sizes")
     parser.add_argument("--tests", default="", help="the GPU test runs' counts (gpu_check.sh)")
     parser.add_argument("--skip", default="", help=f"sections to leave out, of {SECTIONS}")
     parser.add_argument("--extra", default="", help=f"sections to add, of {EXTRAS}")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = args.tokenizer or default_tokenizer()
-    batches = (1, 4) if args.smoke else (1, 32, 128)
+    batches = (1, 4) if args.smoke else tuple(int(b) for b in args.batches.split(","))
     new_tokens = 8 if args.smoke else args.new_tokens
     figures = {"bench": "gpu_check", "device": _device_name(device), "tests": args.tests}
     wanted = set(SECTIONS.split(",")) - set(args.skip.split(",")) | set(args.extra.split(","))

@@ -35,7 +35,7 @@ run_tests() {  # the run's end to stderr, its last line (the counts) to stdout
   tail -1 "$log"
 }
 first=$(run_tests gpu-tests 120 tests/runtime/model/test_cuda_graph.py tests/kernels \
-  -k "graph or fp8 or long or fill or whole_model or bitmask")
+  -k "graph or fp8 or long or fill or whole_model or bitmask or fused")
 grid=skipped  # GPU_CHECK_GRID_S=0 leaves the grid out
 if [ "${GPU_CHECK_GRID_S:-75}" != 0 ]; then
   grid=$(run_tests gpu-grid "${GPU_CHECK_GRID_S:-75}" tests/kernels -k "reference and (-64- or -128-)")

@@ -1,4 +1,5 @@
-"""Triton attention kernels over the token-index KV pool, with torch references.
+"""Triton attention kernels over the token-index KV pool and fused decoder-layer steps, with
+torch references.
 
 Importing this package does not import triton; the kernels load on first use.
 """
@@ -9,11 +10,15 @@ _TRITON = (
     "apply_token_bitmask_inplace",
     "fill_kv_indices",
 )
+_FUSED = ("rms_norm", "rotary_qkv_inplace", "silu_mul")
 _REFERENCE = (
     "extend_attention_ref",
     "decode_attention_ref",
     "apply_token_bitmask_inplace_ref",
     "fill_kv_indices_ref",
+    "rms_norm_ref",
+    "rotary_qkv_inplace_ref",
+    "silu_mul_ref",
 )
 
 
@@ -22,6 +27,10 @@ def __getattr__(name):
         from kernels import triton_ops
 
         return getattr(triton_ops, name)
+    if name in _FUSED:
+        from kernels import fused_ops
+
+        return getattr(fused_ops, name)
     if name in _REFERENCE:
         from kernels import reference
 
@@ -29,4 +38,4 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-__all__ = [*_TRITON, *_REFERENCE]
+__all__ = [*_TRITON, *_FUSED, *_REFERENCE]

@@ -86,3 +86,31 @@ def fill_kv_indices_ref(req_to_token, rows, lens, kv_indptr, kv_indices):
     for i in range(rows.numel()):
         start, n = int(kv_indptr[i]), int(lens[i])
         kv_indices[start : start + n] = req_to_token[int(rows[i]), :n]
+
+
+def rms_norm_ref(x, weight, eps, residual=None):
+    """fused_ops.rms_norm in torch (float32 math, the same roundings)."""
+    if residual is not None:
+        residual.copy_((residual.float() + x.float()).to(residual.dtype))
+        x = residual
+    xf = x.float()
+    normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return (normed.float() * weight.float()).to(x.dtype)
+
+
+def rotary_qkv_inplace_ref(qkv, rotated_heads, head_dim, positions, cos, sin):
+    """fused_ops.rotary_qkv_inplace in torch."""
+    half = head_dim // 2
+    heads = qkv[:, : rotated_heads * head_dim].view(qkv.shape[0], rotated_heads, head_dim)
+    x1, x2 = heads[..., :half].float(), heads[..., half:].float()
+    c = cos[positions.long(), :half].float()[:, None]
+    s = sin[positions.long(), :half].float()[:, None]
+    out = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+    heads.copy_(out.to(qkv.dtype))
+
+
+def silu_mul_ref(gate_up):
+    """fused_ops.silu_mul in torch."""
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    act = torch.nn.functional.silu(gate).to(gate_up.dtype).float()
+    return (act * up).to(gate_up.dtype)

@@ -156,13 +156,28 @@ class RowParallelLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
+def fused_kernels(x: torch.Tensor) -> bool:
+    """Whether the elementwise steps of a layer on x run as kernels.fused_ops launches (one
+    each, where torch takes several): on CUDA, for the rows ([T, D], unit column stride) of
+    the residual stream, the fused qkv and gate/up projections."""
+    return x.is_cuda and x.dim() == 2 and x.stride(-1) == 1
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The normalised rows of x; with `residual` (where fused_kernels(x) holds), of
+        residual + x, which is written into residual."""
+        if fused_kernels(x):
+            from kernels import rms_norm
+
+            return rms_norm(x, self.weight, self.eps, residual)
+        if residual is not None:
+            raise ValueError("a residual add is fused into the norm only where fused_kernels")
         if x.dtype == torch.float32:
             out = qgemv.rms_norm(x, self.weight, self.eps)  # one call: ~15x faster on a row
             return out if out is not None else F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
@@ -224,9 +239,14 @@ class RotaryBatch:
         self._table = None
 
     def rotate_qkv_inplace(self, qkv: torch.Tensor, q_heads: int, kv_heads: int, dim: int) -> bool:
-        """Rotate the q and k heads of a fused qkv projection in place (float32 CPU rows, one
-        call each); False, untouched, where that kernel does not apply."""
+        """Rotate the q and k heads of a fused qkv projection in place (one launch on CUDA,
+        one call each on float32 CPU rows); False, untouched, where neither applies."""
         cos, sin = self.emb.cos, self.emb.sin
+        if fused_kernels(qkv):
+            from kernels import rotary_qkv_inplace
+
+            rotary_qkv_inplace(qkv, q_heads + kv_heads, dim, self.positions, cos, sin)
+            return True
         if not qgemv.rotary_inplace(qkv, q_heads, dim, self.positions, cos, sin):
             return False
         return qgemv.rotary_inplace(

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.model import qgemv
+from runtime.model import layers, qgemv
 from runtime.model.attention.base import AttentionBackend, ForwardBatch
 from runtime.model.config import MERGED_PROJECTIONS, ModelConfig
 from runtime.model.decode_step import NativeDecodeStep
@@ -87,6 +87,10 @@ class MLP(nn.Module):
     def forward(self, x):
         gate_up = self.gate_up_proj(x)
         act = qgemv.silu_mul(gate_up)  # one native call on float32 CPU rows
+        if act is None and layers.fused_kernels(gate_up):
+            from kernels import silu_mul
+
+            act = silu_mul(gate_up)  # one launch
         if act is None:
             gate, up = gate_up.chunk(2, dim=-1)
             act = F.silu(gate) * up
@@ -102,8 +106,13 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, h, rope, backend, batch):
-        h = h + self.self_attn(self.input_layernorm(h), rope, backend, batch)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        attn = self.self_attn(self.input_layernorm(h), rope, backend, batch)
+        if layers.fused_kernels(h):  # the residual add in the norm's launch, h in place
+            x = self.post_attention_layernorm(attn, residual=h)
+        else:
+            h = h + attn
+            x = self.post_attention_layernorm(h)
+        return h + self.mlp(x)
 
 
 class LlamaForCausalLM(nn.Module):
