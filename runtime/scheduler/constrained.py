@@ -36,7 +36,10 @@ class ConstrainedSteps:
         if self._grammar_kernels_at is None:
             from grammars import warm_up
 
-            warm_up()
+            try:
+                warm_up()
+            except Exception:  # each compile then builds what it needs as it goes
+                logger.exception("building the grammar kernels ahead of compiles failed")
             self._grammar_kernels_at = time.monotonic()
         return self._grammar_kernels_at
 

@@ -86,10 +86,10 @@ class OverlapScheduler(Scheduler):
         return [] if launched is None else self._land(launched)
 
     def step(self) -> list[Req]:
-        if self._inflight is not None and len(self.running) > OVERLAP_MAX_BATCH:
-            self._drained += self.drain()  # a large batch: one step at a time from here
         touched = self._collect_grammars()
         self._admit()
+        if self._inflight is not None and len(self.running) > OVERLAP_MAX_BATCH:
+            self._drained += self.drain()  # a large batch: one step at a time from here
         plan = self._plan()
         touched += self._drained
         self._drained = []

@@ -85,7 +85,8 @@ class ForwardBatch:
     def token_rows(self) -> torch.Tensor:
         """The req_to_token row of each new token, on the device."""
         rows, extend_lens, _ = self.request_tensors(self.input_ids.device)
-        if self.num_tokens == len(self.extend_lens):  # one token each: no op to launch
+        if self.num_tokens == len(self.extend_lens) and max(self.extend_lens, default=1) == 1:
+            # one token each: no op to launch
             return rows
         return torch.repeat_interleave(rows, extend_lens, output_size=self.num_tokens)
 

@@ -55,3 +55,21 @@ def test_request_arriving_during_the_warm_up_gets_its_full_timeout(engine):
     out = engine.generate(input_ids=[5, 6, 7], sampling_params=PARAMS)
     assert re.fullmatch("[a-z]{3,6}", out["text"])
     assert len(engine.builds) == 1
+
+
+def test_a_failing_kernel_build_does_not_fail_the_requests(tmp_path, smollm2_folder, monkeypatch):
+    """If building the kernels ahead fails, compiles build what they need as they go."""
+    from tests.runtime.conftest import make_tiny_model
+
+    def broken_warm_up():
+        raise RuntimeError("no disk for the kernel cache")
+
+    monkeypatch.setattr(grammars, "warm_up", broken_warm_up)
+    folder = make_tiny_model(str(tmp_path), smollm2_folder, "llama")
+    engine = Engine(model_path=folder, dtype="float32", log_level="critical", max_total_tokens=512)
+    try:
+        for prompt in ([5, 6, 7], [8, 9]):
+            out = engine.generate(input_ids=prompt, sampling_params=PARAMS)
+            assert re.fullmatch("[a-z]{3,6}", out["text"])
+    finally:
+        engine.shutdown()

@@ -153,6 +153,39 @@ def test_large_batches_run_step_by_step_with_the_same_tokens(engines, monkeypatc
     assert_pool_whole(e)
 
 
+def test_a_batch_growing_past_the_limit_lands_before_its_first_large_step(engines, monkeypatch):
+    """Requests that arrive while a step is in flight and take the batch past
+    OVERLAP_MAX_BATCH: that step lands before the large one is planned."""
+    from runtime.scheduler import overlap
+
+    monkeypatch.setattr(overlap, "OVERLAP_MAX_BATCH", 3)
+    s = engines["on"].scheduler
+    sp = SamplingParams(max_new_tokens=8, temperature=0, ignore_eos=True)
+    first = [Req(f"early{i}", [5 + i, 6, 7], sp) for i in range(3)]
+    late = [Req(f"late{i}", [9 + i, 10], sp) for i in range(2)]
+    launched = []
+    launch = s._launch
+
+    def watched(plan):
+        out = launch(plan)
+        launched.append((len(plan), any(p.pending is not None for p in plan)))
+        return out
+
+    monkeypatch.setattr(s, "_launch", watched)
+    for req in first:
+        s.add_request(req)
+    for _ in range(3):
+        s.step()
+    assert any(pending for _, pending in launched)  # three requests overlap
+    for req in late:
+        s.add_request(req)
+    while s.has_work():
+        s.step()
+    assert all(r.finished for r in first + late)
+    assert not any(pending for n, pending in launched if n > 3)
+    assert_pool_whole(engines["on"])
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
