@@ -136,9 +136,10 @@ class ServerArgs:
         "auto",
         "on: the host prepares step N+1 while the model runs step N (N+1's sampling, not its "
         "forward, waits for N's tokens where a grammar or penalties need them; planning waits "
-        "for N only where the next decode would need a retraction; never with --tp-size > "
-        "1); off: each step ends before the next is planned; auto: on with CUDA, off on the "
-        "CPU (whose cores the model's kernels already use).",
+        "for N only where the next decode would need a retraction; past 64 running requests "
+        "each step lands first; never with --tp-size > 1); off: each step ends before the "
+        "next is planned; auto: on with CUDA, off on the CPU (whose cores the model's "
+        "kernels already use).",
         choices=OVERLAP_SCHEDULES,
     )
     disable_jump_forward: bool = _opt(
