@@ -205,14 +205,13 @@ def sample(
     else:
         if not in_order:
             logits, in_order = logits[p.rows], True
-        inf = float("inf")  # one op (the forward's logits are inference tensors: no in place)
-        logits = torch.nan_to_num(logits, nan=-inf, posinf=inf, neginf=-inf)
+        logits = _nan_as_neg_inf(logits)
         next_ids = logits.argmax(dim=-1)
     if host.random_rows:
         idx = p.random_rows
         chosen = logits[idx] if in_order else logits[p.rows[idx]]
         if native is not None:  # the native picks left NaN in place
-            chosen.masked_fill_(chosen.isnan(), float("-inf"))
+            chosen = _nan_as_neg_inf(chosen)
         probs = torch.softmax(chosen / p.temperature[:, None], dim=-1)
         _certain_where_broken(probs, next_ids[idx])
         rand = [params[i] for i in host.random_rows]
@@ -278,6 +277,13 @@ def _host_copy(t: torch.Tensor) -> torch.Tensor:
     """A copy of device tensor `t` into pinned host memory, under way when this returns."""
     out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
     return out.copy_(t, non_blocking=True)
+
+
+def _nan_as_neg_inf(x: torch.Tensor) -> torch.Tensor:
+    """x with NaN as -inf, in one op (not in place: the forward's logits are inference
+    tensors)."""
+    inf = float("inf")
+    return torch.nan_to_num(x, nan=-inf, posinf=inf, neginf=-inf)
 
 
 def _certain_where_broken(probs: torch.Tensor, argmax: torch.Tensor) -> None:

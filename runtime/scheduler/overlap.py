@@ -202,13 +202,16 @@ class OverlapScheduler(Scheduler):
                 entry[2].append(pick.index)
             else:
                 on_host.append((dst, 0 if pick[0] is None else pick[0]))
-        device = input_ids.device
-        for picks, dst, src in on_device.values():
-            dst_t, src_t = to_device(device, [dst, src])
-            input_ids[dst_t] = picks.next_ids[src_t].to(input_ids.dtype)
+        groups = list(on_device.values())
+        host_rows, host_ids = [d for d, _ in on_host], [v for _, v in on_host]
+        moved = to_device(  # every row and id list in one transfer
+            input_ids.device,
+            [x for _, dst, src in groups for x in (dst, src)] + [host_rows, host_ids],
+        )
+        for i, (picks, _, _) in enumerate(groups):
+            input_ids[moved[2 * i]] = picks.next_ids[moved[2 * i + 1]].to(input_ids.dtype)
         if on_host:
-            (dst_t, values) = to_device(device, [[d for d, _ in on_host], [v for _, v in on_host]])
-            input_ids[dst_t] = values.to(input_ids.dtype)
+            input_ids[moved[-2]] = moved[-1].to(input_ids.dtype)
 
     def _land(self, launched: _Launched) -> list[Req]:
         """Wait for a launched step and apply it; then free the rows it was holding."""
