@@ -8,7 +8,7 @@ Expression nodes are tuples:
     ("rep", n, lo, hi)     n repeated lo..hi times (hi None = unbounded)
     ("members", items, sep, extra, (lo, hi), any_order)  separated (node, required) items in
                            order (or in any order, each once), then extras; lo..hi members in
-                           all (hi None = unbounded; any order: always (0, None))
+                           all (hi None = unbounded)
     ("nt", name)           a reference to another rule (matched by pushing a stack frame)
     ("dfa", EagerDFA)      an already determinised automaton, embedded as is
     ("frag", n)            n, built once per NFA and copied at its other uses (grammars.fragments)
@@ -274,8 +274,44 @@ class NFA:
 
     def _members_any_order(self, node, s: int, e: int) -> None:
         """The items in any order, each at most once (the required ones all present, lo..hi
-        of them in all), extras anywhere: one state per set of items written (bit i: item i),
-        plus the empty set after extras only; each item is built once per set it leads to."""
+        members in all), extras anywhere: one state per set of items written (bit i: item i)
+        and, where extras are counted, per count of extras (see extra_counts); each item and
+        extra is built once per state it leads to."""
+        _, items, sep, extra, (lo, hi), _ = node
+        n = len(items)
+        top = extra_counts(node)
+        if top == 0:
+            self._members_any_order_uncounted(node, s, e)
+            return
+        room = n + top if hi is None else hi  # members an object may hold
+        state = {}  # (set of items written, extras written) -> state
+        for used in range(1 << n):
+            for k in range(min(top, room - used.bit_count()) + 1):
+                state[used, k] = s if used == k == 0 else self.new()
+
+        def member(node, sources, target: int) -> None:  # from each source state: sep, node
+            mid = self.new()
+            for key in sources:
+                if key == (0, 0):
+                    self.eps += (s, mid)
+                else:
+                    self.build(sep, state[key], mid)
+            self.build(node, mid, target)
+
+        for (used, k), target in state.items():
+            for i in range(n):
+                if used >> i & 1:
+                    member(items[i][0], [(used & ~(1 << i), k)], target)
+            if k:  # past `top` (no maxProperties) extras no longer change the count
+                loop = [(used, k)] if hi is None and k == top else []
+                member(extra, [(used, k - 1), *loop], target)
+        needed = sum(1 << i for i, (_, required) in enumerate(items) if required)
+        for (used, k), p in state.items():
+            if used & needed == needed and used.bit_count() + min(k, 1) >= lo:
+                self.eps += (p, e)  # toward lo only one extra counts: extras' keys may repeat
+
+    def _members_any_order_uncounted(self, node, s: int, e: int) -> None:
+        """_members_any_order where extras do not count: the empty set after extras only."""
         _, items, sep, extra, _, _ = node
         n = len(items)
         state = {0: s}  # set of items written -> state; the empty set before anything
@@ -306,7 +342,7 @@ class NFA:
                     else:
                         self.eps += (p, mid)
         needed = sum(1 << i for i, (_, required) in enumerate(items) if required)
-        lo, hi = node[4]  # member counts (only without extras: those are not counted)
+        lo, hi = node[4]  # member counts (only without extras: those are not counted here)
         for used, places in sources.items():
             written = used.bit_count()
             if used & needed == needed and lo <= written and (hi is None or written <= hi):
@@ -360,6 +396,17 @@ class NFA:
                         todo.append(t)
             hit = memo[s] = frozenset(seen)
         return hit
+
+
+def extra_counts(node) -> int:
+    """The counts of extra members an any-order ("members", ...) node tracks: 0 where extras
+    are not counted (no extras, or no minProperties/maxProperties); else extras written up to
+    maxProperties, or 0 or "some" (1) without one, as only one extra counts toward
+    minProperties (their keys may repeat)."""
+    _, _, _, extra, (lo, hi), _ = node
+    if extra is None or (lo, hi) == (0, None):
+        return 0
+    return 1 if hi is None else hi
 
 
 def byte_classes(edges) -> list[tuple[int, list[int]]]:
