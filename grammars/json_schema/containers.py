@@ -223,6 +223,12 @@ class _ContainerNodes:
             key_sep = self.key_sep_push if value[0] == "nt" else self.member_key_sep
             items.append((cat(key, key_sep, value), name in required))
         extra = self._extra_member(names, pattern_props, additional, path, key_names)
+        if extra is not None and not all(
+            _asserts_nothing(s) for s in (*pattern_props.values(), additional) if s is not False
+        ):
+            # an extra key may be written twice, each value checked; a reader keeps the last,
+            # which a branch that refuses the first may accept: inexact for oneOf and not
+            self.inexact["repeat"] += 1
         counts = self._member_counts(schema, items, extra, path)
         if counts is None:
             return NOTHING
@@ -269,6 +275,8 @@ class _ContainerNodes:
             lo = 0  # the required properties are enough
         if hi is not None and most is not None and hi >= most:
             hi = None
+        if extra is not None and hi is not None:
+            self.inexact["counts"] += 1  # a repeated extra key counts twice toward hi
         if extra is not None and lo >= 2:
             # keys outside the named ones may repeat, and a repeated key is one property: only
             # the named properties and one other member count toward lo (automaton._members)

@@ -166,6 +166,40 @@ def test_a_key_written_twice_is_one_property_toward_min_properties(compiler, che
         assert checker.accepts(grammar, doc), doc
 
 
+_INT_EXTRAS = {"type": "object", "additionalProperties": {"type": "integer"}}
+REPEATED_KEY_BRANCHES = [
+    # {"x": 2, "x": 1} reads as {"x": 1}, which both branches take: the oneOf refuses it,
+    # though only the second branch takes every member as written
+    ({"type": "object", "additionalProperties": {"const": 1}}, _INT_EXTRAS, '{"x": 2, "x": 1}'),
+    (
+        {"type": "object", "patternProperties": {"^x": {"const": 1}}},
+        {"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
+        '{"x": 2, "x": 1}',
+    ),
+    # {"x": 1, "x": 1} has one property, as maxProperties 1 wants, yet two members
+    ({**_INT_EXTRAS, "maxProperties": 1}, {**_INT_EXTRAS, "minProperties": 1}, '{"x": 1, "x": 1}'),
+]
+
+
+@pytest.mark.parametrize("order", ["schema", "any"])
+@pytest.mark.parametrize("first, second, text", REPEATED_KEY_BRANCHES)
+def test_one_of_is_not_separated_by_a_repeated_extra_key(compiler, order, first, second, text):
+    try:
+        grammar = compiler.compile_json_schema({"oneOf": [first, second]}, property_order=order)
+    except GrammarError:
+        return
+    assert not _accepts_text(grammar, text)
+
+
+def test_negation_is_not_widened_by_a_repeated_extra_key(compiler):
+    schema = {"type": "object", "not": {"additionalProperties": {"const": 1}}}
+    try:
+        grammar = compiler.compile_json_schema(schema)
+    except GrammarError:
+        return
+    assert not _accepts_text(grammar, '{"x": 2, "x": 1}')
+
+
 @pytest.mark.parametrize(
     "schema",
     [
