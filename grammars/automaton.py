@@ -7,8 +7,9 @@ Expression nodes are tuples:
     ("alt", (n, ...))      alternation;   ("alt", ()) is the empty language
     ("rep", n, lo, hi)     n repeated lo..hi times (hi None = unbounded)
     ("members", items, sep, extra, (lo, hi), any_order)  separated (node, required) items in
-                           order (or in any order, each once), then extras; lo..hi members in
-                           all (hi None = unbounded)
+                           order (any_order True: in any order, each once; REPEATING: in any
+                           order, each any number of times), then extras; lo..hi members in
+                           all (hi None = unbounded; REPEATING: always (0, None))
     ("nt", name)           a reference to another rule (matched by pushing a stack frame)
     ("dfa", EagerDFA)      an already determinised automaton, embedded as is
     ("frag", n)            n, built once per NFA and copied at its other uses (grammars.fragments)
@@ -26,6 +27,7 @@ from grammars.errors import GrammarError
 from grammars.fragments import build_fragment, expand_uses
 
 ALL_BYTES = (1 << 256) - 1
+REPEATING = "repeating"  # a "members" node's order: any, keys may come again
 EMPTY = ("cat", ())
 NOTHING = ("alt", ())
 MAX_NFA_STATES = 400_000
@@ -234,6 +236,8 @@ class NFA:
                     eps += (cur, e)
                     cur = nxt
                 eps += (cur, e)
+        elif kind == "members" and node[5] == REPEATING:
+            self._members_repeating(node, s, e)
         elif kind == "members" and node[5]:
             self._members_any_order(node, s, e)
         elif kind == "members":
@@ -309,6 +313,33 @@ class NFA:
         for (used, k), p in state.items():
             if used & needed == needed and used.bit_count() + min(k, 1) >= lo:
                 self.eps += (p, e)  # toward lo only one extra counts: extras' keys may repeat
+
+    def _members_repeating(self, node, s: int, e: int) -> None:
+        """Members in any order where a key may come again (objects with too many properties
+        to track each set of them; no member counts): one state per set of required items
+        written, and one for "only others written so far"; every member is built once per
+        state it leads to, from that state and, for a required one, from the set without it."""
+        _, items, sep, extra, _, _ = node
+        required = [i for i, (_, req) in enumerate(items) if req]
+        bit = {i: 1 << k for k, i in enumerate(required)}
+        top = (1 << len(required)) - 1
+        state = {m: self.new() for m in range(top + 1)}  # something written, required set m
+        parts = [(item, bit.get(i, 0)) for i, (item, _) in enumerate(items)]
+        if extra is not None:
+            parts.append((extra, 0))
+        for m, target in state.items():
+            for item, b in parts:
+                if b and not m & b:
+                    continue  # a required item leads to a set holding it
+                mid = self.new()
+                for src in {m, m & ~b}:
+                    self.build(sep, state[src], mid)
+                if m & ~b == 0:  # the first member
+                    self.eps += (s, mid)
+                self.build(item, mid, target)
+        self.eps += (state[top], e)
+        if not required:
+            self.eps += (s, e)
 
     def _members_any_order_uncounted(self, node, s: int, e: int) -> None:
         """_members_any_order where extras do not count: the empty set after extras only."""
@@ -396,6 +427,14 @@ class NFA:
                         todo.append(t)
             hit = memo[s] = frozenset(seen)
         return hit
+
+
+def member_copies(node) -> int:
+    """How many times an any-order ("members", ...) node builds each member: once per state
+    of _members_any_order or _members_repeating."""
+    if node[5] == REPEATING:
+        return 1 << sum(1 for _, required in node[1] if required)
+    return (1 << len(node[1])) * (extra_counts(node) + 1)
 
 
 def extra_counts(node) -> int:

@@ -9,6 +9,7 @@ import json
 from grammars.automaton import (
     EMPTY,
     NOTHING,
+    REPEATING,
     EagerDFA,
     alt,
     cat,
@@ -238,8 +239,14 @@ class _ContainerNodes:
             items, extra = self._member_rules(items, extra)
         members = ("members", tuple(items), sep, extra, counts, any_order)
         if any_order and node_size(members, _MAX_ANY_ORDER, True) > _MAX_ANY_ORDER:
-            any_order = False  # too many sets of properties to track: the schema's order
-            members = ("members", tuple(items), sep, extra, counts, False)
+            # too many sets of properties to track: keys may come again, each value checked
+            # (as extra keys may), or else the schema's order
+            members = ("members", tuple(items), sep, extra, counts, REPEATING)
+            if counts == (0, None) and node_size(members, _MAX_ANY_ORDER, True) <= _MAX_ANY_ORDER:
+                self.inexact["repeat"] += 1
+            else:
+                any_order = False
+                members = ("members", tuple(items), sep, extra, counts, False)
         if not any_order and len(items) + (extra is not None) > 1:  # members in one order
             self.inexact["order"] += 1
         return cat(lit("{"), self.ws, members, self.ws, lit("}"))

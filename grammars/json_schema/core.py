@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from grammars.automaton import extra_counts
+from grammars.automaton import member_copies
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 
@@ -80,7 +80,7 @@ def node_size(node, cap: int | None = None, exact: bool = False) -> int:
             lo, hi = n[4]
             tracks = copies * max(lo if hi is None else hi, 1)
             if n[5]:
-                tracks = copies * (1 << len(n[1])) * (extra_counts(n) + 1)
+                tracks = copies * member_copies(n)
             todo.extend((i, tracks) for i, _ in n[1])
             todo.append((n[2], tracks * len(n[1])))  # a separator before each member
             if n[3]:
