@@ -55,7 +55,12 @@ from grammars.json_schema.numbers import (
     number_node,
     number_texts,
 )
-from grammars.json_schema.one_of import OneOfProofs, exclusive_dfas, text_complete
+from grammars.json_schema.one_of import (
+    OneOfProofs,
+    exclusive_dfas,
+    presence_variants,
+    text_complete,
+)
 from grammars.json_schema.rewrite import _merge, _split_dependencies
 from grammars.json_schema.strings import RESTRICTED_FORMATS, _string_literal, string_node
 
@@ -134,6 +139,7 @@ class _Builder(_ContainerNodes):
         check_ref_scopes(root, "id" if self.draft == "draft-04" else "$id")
         self.rules: dict[str, tuple] = {}
         self.property_order = "schema"  # or "any"
+        self.any_order_objects: set[int] = set()  # ids of object schemas taken in any order
         self._member_rule_count = 0  # rules made of members in any order (_member_rules)
         self._expanding: list[str] = []
         self._recursive: set[str] = set()
@@ -351,6 +357,13 @@ class _Builder(_ContainerNodes):
         branches = schema[key]
         if not isinstance(branches, list) or not branches:
             raise GrammarError(f"{key} must be a non-empty list at {path}")
+        if key == "oneOf" and isinstance(base, dict):
+            variants = presence_variants(base, [self._deref(b, path) for b in branches])
+            if variants is not None:  # branches that only say which keys are present
+                # their members in any order, as the automata that make overlapping branches
+                # exclusive (the objects inside them in the builder's order)
+                self.any_order_objects.update(id(v) for v in variants)
+                return alt(*(self.value(v, f"{path}/{key}") for v in variants))
         subs = []
         for i, sub in enumerate(branches):
             if _constrains(base):

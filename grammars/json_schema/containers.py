@@ -233,7 +233,9 @@ class _ContainerNodes:
         counts = self._member_counts(schema, items, extra, path)
         if counts is None:
             return NOTHING
-        any_order = self.property_order == "any" and len(items) + (extra is not None) > 1
+        any_order = (self.property_order == "any" or id(schema) in self.any_order_objects) and len(
+            items
+        ) + (extra is not None) > 1
         sep = self.member_sep
         if any_order:
             items, extra = self._member_rules(items, extra)

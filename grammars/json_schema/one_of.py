@@ -349,3 +349,51 @@ def text_complete(schema) -> bool:
         return False
     types = _types_of(schema)
     return types is not None and set(types) <= {"string", "boolean", "null"}
+
+
+_MAX_PRESENCE_KEYS = 6  # keys whose presence a oneOf over `required` lists may decide
+_MAX_PRESENCE_VARIANTS = 16  # objects it may split into
+
+
+def presence_variants(base: dict, branches: list) -> list[dict] | None:
+    """A oneOf whose branches only name keys that must be present (`required`) or absent
+    (`not: {required: [...]}`), beside an object schema `base`: the objects it admits, split by
+    which of those keys are present, one schema per presence pattern that exactly one branch
+    accepts (its keys required, the others forbidden). The patterns differ, so no value matches
+    two of them: an exact anyOf. None when the oneOf is not of that form or splits too far."""
+    if _types_of(base) != ["object"] or not isinstance(base.get("required", []), list):
+        return None
+    conditions = []  # (keys present, key sets not all present) per branch
+    for branch in branches:
+        if not isinstance(branch, dict) or set(branch) - _ANNOTATIONS - {"required", "not"}:
+            return None
+        present = branch.get("required", [])
+        absent = branch.get("not", {"required": []})
+        if (
+            not isinstance(present, list)
+            or not isinstance(absent, dict)
+            or set(absent) - _ANNOTATIONS != {"required"}
+            or not isinstance(absent["required"], list)
+        ):
+            return None
+        conditions.append((frozenset(present), frozenset(absent["required"])))
+    keys = sorted(set().union(*(p | a for p, a in conditions)))
+    if not keys or len(keys) > _MAX_PRESENCE_KEYS or not all(isinstance(k, str) for k in keys):
+        return None
+    needed = set(base.get("required", []))
+    props = base.get("properties", {})
+    if not isinstance(props, dict):
+        return None
+    variants = []
+    for bits in range(1 << len(keys)):
+        present = {k for i, k in enumerate(keys) if bits >> i & 1}
+        if needed & set(keys) - present:
+            continue  # base requires a key this pattern leaves out
+        matched = sum(p <= present and not (a and a <= present) for p, a in conditions)
+        if matched != 1:
+            continue
+        variant = {k: v for k, v in base.items() if k not in ("required", "properties")}
+        variant["required"] = list(dict.fromkeys([*base.get("required", []), *sorted(present)]))
+        variant["properties"] = {**props, **{k: False for k in keys if k not in present}}
+        variants.append(variant)
+    return variants if len(variants) <= _MAX_PRESENCE_VARIANTS else None

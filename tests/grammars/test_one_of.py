@@ -314,3 +314,45 @@ def test_all_of_combines_one_of_with_other_alternatives_exactly(compiler, checke
     for value in ["", "ab", "abc", -3, -2, -1, 0, 1, 2, 3, 1.5, None, True, [], {}]:
         expected = matches(value, schema, lambda ref: None)
         assert checker.accepts(grammar, json.dumps(value)) == expected, value
+
+
+SHAPE = {
+    "type": "object",
+    "properties": {k: {"type": "number"} for k in ("radius", "length", "width", "base")},
+    "additionalProperties": {"type": "string"},
+}
+PRESENCE_ONE_OFS = [
+    [{"required": ["radius"]}, {"required": ["length", "width"]}],
+    [{"required": ["radius"]}, {"required": ["length"], "not": {"required": ["width"]}}],
+    [{"required": ["length"]}, {"required": ["width"]}, {"required": ["base"], "title": "x"}],
+]
+
+
+@pytest.mark.parametrize("order", ["schema", "any"])
+@pytest.mark.parametrize("branches", PRESENCE_ONE_OFS)
+def test_one_of_over_required_keys_splits_by_presence(compiler, checker, branches, order):
+    # branches that only say which keys are present overlap (an object may have them all)
+    # and hold free-form members; split by which keys are present, the oneOf is exact:
+    # every object over these keys against jsonschema
+    import itertools
+
+    import jsonschema
+
+    schema = {**SHAPE, "oneOf": branches}
+    grammar = compiler.compile_json_schema(schema, property_order=order)
+    keys = ["radius", "length", "width", "base", "note"]
+    seen = 0
+    for size in range(len(keys) + 1):
+        for chosen in itertools.combinations(keys, size):
+            doc = {k: ("x" if k == "note" else 1.5) for k in chosen}
+            valid = jsonschema.Draft202012Validator(schema).is_valid(doc)
+            assert checker.accepts(grammar, doc, check_masks=False) == valid, doc
+            seen += valid
+    assert seen >= 4
+    checker.accepts(grammar, {"radius": 2, "note": "a"})  # masks against accept_token
+
+
+def test_one_of_over_required_keys_that_the_base_requires_admits_nothing(compiler):
+    schema = {**SHAPE, "required": ["radius", "length", "width"], "oneOf": PRESENCE_ONE_OFS[0]}
+    with pytest.raises(GrammarError, match="admits no value"):
+        compiler.compile_json_schema(schema)
