@@ -93,6 +93,16 @@ _DURATION = (
     rf"P(([0-9]+D|[0-9]+M([0-9]+D)?|[0-9]+Y([0-9]+M([0-9]+D)?)?)({_DUR_TIME})?|{_DUR_TIME}|[0-9]+W)"
 )
 
+# RFC 6570 (levels 1-4), ASCII only: literals (any printable but space, quotes, \\ ^ ` < > % | and
+# braces, or a %XX escape) and expressions: an optional operator, then variables (letters,
+# digits, _ and %XX, parts joined by dots), each with a prefix length below 10000 or an explode
+_PCT_HEX = "%[0-9A-Fa-f]{2}"
+_VARNAME = f"([A-Za-z0-9_]|{_PCT_HEX})(\\.?([A-Za-z0-9_]|{_PCT_HEX}))*"
+_VARSPEC = f"{_VARNAME}(:[1-9][0-9]{{0,3}}|\\*)?"
+_URI_TEMPLATE = (
+    f"([!#$&(-;=?-\\[\\]_a-z~]|{_PCT_HEX}|\\{{[+#./;?&=,!@|]?{_VARSPEC}(,{_VARSPEC})*\\}})*"
+)
+
 # Every format is matched with its characters spelled as themselves (none of them needs an
 # escape in JSON; refusing the \uXXXX spellings keeps the automata small), except json-pointer,
 # whose reference tokens may hold any character.
@@ -106,6 +116,7 @@ _FORMATS = {
     "json-pointer": r"(/([^~/]|~[01])*)*",
     "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)",
     "duration": _DURATION,
+    "uri-template": _URI_TEMPLATE,
     **_uri_formats(),
 }
 _JSON_MODE_FORMATS = ("json-pointer", "relative-json-pointer")  # any character, escapes too
@@ -116,12 +127,11 @@ _DOMAIN_FORMATS = ("hostname", "email")  # counter automata, built by _domain_df
 # formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
 RESTRICTED_FORMATS = (
     *("hostname", "email", "uri", "uri-reference", "time", "date-time"),
-    *("iri", "iri-reference", "idn-email"),
+    *("iri", "iri-reference", "idn-email", "uri-template"),
 )
 # standard formats a validator may check that are not enforced here: they raise GrammarError
 _UNENFORCED_FORMATS = {
     "regex",
-    "uri-template",
     "idn-hostname",
 }
 

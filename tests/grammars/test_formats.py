@@ -339,7 +339,35 @@ def test_unicode_formats_match_their_ascii_subset(compiler, fmt, valid, invalid)
     assert not any(_accepts(grammar, v) for v in invalid)
 
 
-@pytest.mark.parametrize("fmt", ["idn-hostname", "uri-template", "regex"])
+_URI_TEMPLATES = [
+    ("http://example.com/{id}", True),
+    ("/users/{user_id}/repos{?page,per_page}", True),
+    ("{+path:6}/here{#frag}", True),
+    ("{list*}{.dom}{/a,b}{;p}{&q}", True),
+    ("file:///{a.b}/%20", True),
+    ("{%41b}", True),
+    ("", True),
+    ("{}", False),  # no variable
+    ("{a", False),
+    ("a}", False),
+    ("x y", False),  # no spaces in literals
+    ("{a:0}", False),  # a prefix length is 1 to 9999
+    ("{a:10000}", False),
+    ("{a..b}", False),
+    ("{a b}", False),
+    ("%zz", False),
+    ('a"b', False),
+    ("{$x}", False),  # not an operator
+]
+
+
+@pytest.mark.parametrize("value, valid", _URI_TEMPLATES)
+def test_uri_template(compiler, value, valid):
+    """RFC 6570 in ASCII: a value outside ASCII is refused (a sound restriction)."""
+    assert _accepts(_format(compiler, "uri-template"), value) == valid
+
+
+@pytest.mark.parametrize("fmt", ["idn-hostname", "regex"])
 def test_formats_that_cannot_be_enforced_raise(compiler, fmt):
     with pytest.raises(GrammarError, match=fmt):
         _format(compiler, fmt)
