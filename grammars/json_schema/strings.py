@@ -103,6 +103,42 @@ _URI_TEMPLATE = (
     f"([!#$&(-;=?-\\[\\]_a-z~]|{_PCT_HEX}|\\{{[+#./;?&=,!@|]?{_VARSPEC}(,{_VARSPEC})*\\}})*"
 )
 
+
+def _regex_format(depth: int = 2) -> str:
+    """A subset of the regular expressions valid both for Python's `re` and ECMA-262 (with or
+    without the u flag), groups nested up to `depth`, as JSON text (a backslash written twice,
+    a quote as \\", other characters as themselves): literals and escapes of specials,
+    \\d \\w \\s and their negations, \\n \\t \\r \\f \\v, \\xHH, \\uHHHH, dot, classes of
+    characters, escapes and increasing ranges within digits or one letter case, the
+    assertions ^ $ \\b \\B, groups and (?:...) groups, and quantifiers * + ? {n} {n,} {n,m}
+    (n <= m, shown by m's digits: one digit each, or n one digit and m 10 to 999), each lazy
+    or not. Other valid expressions are refused: a sound restriction."""
+    hex_ = "[0-9a-fA-F]"
+    bs = r"\\\\"  # one backslash of the value
+    quote = r'\\"'
+    code = rf"{bs}x{hex_}{{2}}|{bs}u{hex_}{{4}}"
+    ranges = "|".join(
+        f"{c}-[{c}-{last}]" for first, last in ("09", "az", "AZ") for c in _span(first, last)
+    )
+    item = rf'{ranges}|{bs}([dDwWsSntrfv\]\[\-^/]|{bs})|{code}|[^\\\]\[\-^"\x00-\x1f]|{quote}'
+    atom = (
+        rf"\.|{bs}([dDwWsSntrfv^$.|?*+()\[\]{{}}/]|{bs})|{code}|\[\^?({item})+\]"
+        rf'|[^\\^$.|?*+()\[\]{{}}"\x00-\x1f]|{quote}'
+    )
+    pairs = "|".join(f"{n},[{n}-9]" for n in range(10))
+    quantifier = rf"([*+?]|\{{([0-9]{{1,3}},?|[0-9],[1-9][0-9]{{1,2}}|{pairs})\}})\??"
+    alternation = ""
+    for level in range(depth + 1):
+        grouped = rf"|\((\?:)?{alternation}\)" if level else ""
+        term = rf"\^|\$|{bs}[bB]|({atom}{grouped})({quantifier})?"
+        alternation = rf"({term})*(\|({term})*)*"
+    return alternation
+
+
+def _span(first: str, last: str) -> str:
+    return "".join(chr(c) for c in range(ord(first), ord(last) + 1))
+
+
 # Every format is matched with its characters spelled as themselves (none of them needs an
 # escape in JSON; refusing the \uXXXX spellings keeps the automata small), except json-pointer,
 # whose reference tokens may hold any character.
@@ -117,6 +153,7 @@ _FORMATS = {
     "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)",
     "duration": _DURATION,
     "uri-template": _URI_TEMPLATE,
+    "regex": _regex_format(),
     **_uri_formats(),
 }
 _JSON_MODE_FORMATS = ("json-pointer", "relative-json-pointer")  # any character, escapes too
@@ -127,11 +164,10 @@ _DOMAIN_FORMATS = ("hostname", "email")  # counter automata, built by _domain_df
 # formats whose automata refuse some valid values (the restrictions in docs/grammars.md)
 RESTRICTED_FORMATS = (
     *("hostname", "email", "uri", "uri-reference", "time", "date-time"),
-    *("iri", "iri-reference", "idn-email", "uri-template"),
+    *("iri", "iri-reference", "idn-email", "uri-template", "regex"),
 )
 # standard formats a validator may check that are not enforced here: they raise GrammarError
 _UNENFORCED_FORMATS = {
-    "regex",
     "idn-hostname",
 }
 

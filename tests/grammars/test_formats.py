@@ -367,7 +367,58 @@ def test_uri_template(compiler, value, valid):
     assert _accepts(_format(compiler, "uri-template"), value) == valid
 
 
-@pytest.mark.parametrize("fmt", ["idn-hostname", "regex"])
+_REGEXES = [
+    (r"^[a-z]+$", True),
+    (r".*\.py$", True),
+    (r"^(\d{3})-(\d{4})$", True),
+    (r"[A-Za-z0-9_\-]+", True),
+    (r"(?:ab|cd)*?x{1,64}|y{2}", True),
+    (r"\bword\b\s*\u00e9\x41", True),
+    (r'say "hi"|\\', True),  # a quote, and an escaped backslash
+    ("", True),
+    ("*.ts", False),  # nothing to repeat
+    (r"x{9,3}", False),
+    (r"[z-a]", False),
+    (r"a**", False),
+    ("(", False),
+    ("[", False),
+    ("a)", False),
+    (r"\p", False),
+    ("[]", False),
+    (r"(?P<n>a)", False),  # valid in Python only: refused
+    (r"^(a(b(c)))$", False),  # valid, groups nested three deep: refused (a restriction)
+]
+
+
+@pytest.mark.parametrize("value, valid", _REGEXES)
+def test_regex(compiler, value, valid):
+    """Expressions valid for both Python's re and ECMA-262 in a documented subset."""
+    assert _accepts(_format(compiler, "regex"), value) == valid
+
+
+def test_every_accepted_regex_compiles():
+    # random strings over regex syntax: each one the format's automaton accepts compiles
+    import random
+    import re
+    import warnings
+
+    from grammars.json_schema.strings import _FORMATS
+
+    meta = re.compile(_FORMATS["regex"])
+    parts = list('ab0-9^$.|?*+()[]{}\\/,:dwsbBnxu"') + ["\\d", "[a-z]", "{2,5}", "(?:", "{3}"]
+    rng = random.Random(0)
+    accepted = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(20_000):
+            value = "".join(rng.choice(parts) for _ in range(rng.randint(0, 8)))
+            if meta.fullmatch(json.dumps(value, ensure_ascii=False)[1:-1]):
+                re.compile(value)
+                accepted += 1
+    assert accepted > 2_000
+
+
+@pytest.mark.parametrize("fmt", ["idn-hostname"])
 def test_formats_that_cannot_be_enforced_raise(compiler, fmt):
     with pytest.raises(GrammarError, match=fmt):
         _format(compiler, fmt)
