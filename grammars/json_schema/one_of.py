@@ -368,16 +368,17 @@ def presence_variants(base: dict, branches: list) -> list[dict] | None:
         if not isinstance(branch, dict) or set(branch) - _ANNOTATIONS - {"required", "not"}:
             return None
         present = branch.get("required", [])
-        absent = branch.get("not", {"required": []})
+        absent = branch.get("not", {"required": None})  # None: no `not`
         if (
             not isinstance(present, list)
             or not isinstance(absent, dict)
             or set(absent) - _ANNOTATIONS != {"required"}
-            or not isinstance(absent["required"], list)
+            or not isinstance(absent["required"], list | None)
         ):
             return None
-        conditions.append((frozenset(present), frozenset(absent["required"])))
-    keys = sorted(set().union(*(p | a for p, a in conditions)))
+        together = None if absent["required"] is None else frozenset(absent["required"])
+        conditions.append((frozenset(present), together))
+    keys = sorted(set().union(*(p | (a or set()) for p, a in conditions)))
     if not keys or len(keys) > _MAX_PRESENCE_KEYS or not all(isinstance(k, str) for k in keys):
         return None
     needed = set(base.get("required", []))
@@ -387,9 +388,11 @@ def presence_variants(base: dict, branches: list) -> list[dict] | None:
     variants = []
     for bits in range(1 << len(keys)):
         present = {k for i, k in enumerate(keys) if bits >> i & 1}
-        if needed & set(keys) - present:
+        if needed & (set(keys) - present):
             continue  # base requires a key this pattern leaves out
-        matched = sum(p <= present and not (a and a <= present) for p, a in conditions)
+        # a branch holds when its keys are present and, with a `not`, not all of those
+        # (`not: {required: []}` holds for no object)
+        matched = sum(p <= present and (a is None or not a <= present) for p, a in conditions)
         if matched != 1:
             continue
         variant = {k: v for k, v in base.items() if k not in ("required", "properties")}

@@ -325,6 +325,7 @@ PRESENCE_ONE_OFS = [
     [{"required": ["radius"]}, {"required": ["length", "width"]}],
     [{"required": ["radius"]}, {"required": ["length"], "not": {"required": ["width"]}}],
     [{"required": ["length"]}, {"required": ["width"]}, {"required": ["base"], "title": "x"}],
+    [{"required": ["radius"]}, {"not": {"required": []}}],  # the second holds for no object
 ]
 
 
