@@ -83,17 +83,18 @@ _FRAC_ZERO = opt(cat(lit("."), rep(lit("0"), 1, None)))
 _FRAC_NONZERO = cat(
     lit("."), rep(("b", _DIGIT), 0, None), ("b", _DIGIT19), rep(("b", _DIGIT), 0, None)
 )
-_EXP = opt(
-    cat(
-        ("b", byte_set(ord("e"), ord("E"))),
-        opt(("b", byte_set(ord("+"), ord("-")))),
-        rep(("b", _DIGIT), 1, None),
-    )
+_EXPONENT = cat(
+    ("b", byte_set(ord("e"), ord("E"))),
+    opt(("b", byte_set(ord("+"), ord("-")))),
+    rep(("b", _DIGIT), 1, None),
 )
+_EXP = opt(_EXPONENT)
 _INT = cat(opt(lit("-")), alt(lit("0"), cat(("b", _DIGIT19), rep(("b", _DIGIT), 0, None))))
 _NUMBER = cat(_INT, _FRAC_ANY, _EXP)
 _DIGITS = rep(("b", _DIGIT), 0, None)
 _MAGNITUDE = cat(alt(lit("0"), cat(("b", _DIGIT19), _DIGITS)), _FRAC_ANY)  # no sign or exponent
+_ZERO_MANTISSA = cat(lit("0"), _FRAC_ZERO)
+_NONZERO_MANTISSA = alt(cat(("b", _DIGIT19), _DIGITS, _FRAC_ANY), cat(lit("0"), _FRAC_NONZERO))
 # the numbers that are not integers, in their canonical spelling (negation.canonical_texts: no
 # exponent, a fraction ending in 1-9), for `not: {"type": "integer"}` beside numbers
 FRACTIONAL = cat(_INT, lit("."), _DIGITS, ("b", _DIGIT19))
@@ -128,9 +129,26 @@ def _decimal(bound) -> Decimal:
 
 
 def _decimal_range(lo, lo_excl: bool, hi, hi_excl: bool) -> tuple:
-    """Numbers between two decimal bounds, written without an exponent; "-0" is not written."""
+    """Numbers between two decimal bounds, written without an exponent, except where the
+    bounds are zero (then the sign alone decides); "-0" is not written."""
     lo = None if lo is None else _decimal(lo)
     hi = None if hi is None else _decimal(hi)
+    plain = _plain_decimal_range(lo, lo_excl, hi, hi_excl)
+    if lo not in (None, 0) or hi not in (None, 0):
+        return plain
+    # m e k: its sign is the mantissa's (a zero mantissa is zero)
+    signed = []
+    if hi is None or (hi == 0 and not hi_excl):  # zero and the positive side are below hi
+        if lo is None or (lo == 0 and not lo_excl):
+            signed.append(_ZERO_MANTISSA)
+        if hi is None:
+            signed.append(_NONZERO_MANTISSA)
+    if lo is None:  # the negative side
+        signed.append(cat(lit("-"), _NONZERO_MANTISSA))
+    return alt(plain, cat(alt(*signed), _EXPONENT))
+
+
+def _plain_decimal_range(lo, lo_excl: bool, hi, hi_excl: bool) -> tuple:
     # a value m >= 0 is written m, a value -m (m > 0) "-" m
     positive = [_compared(">", lo, lo_excl), _compared("<", hi, hi_excl)]
     negative = [

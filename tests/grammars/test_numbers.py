@@ -91,3 +91,30 @@ def test_multiple_of_with_many_significant_digits_raises(compiler):
         compiler.compile_json_schema({"type": "number", "multipleOf": 0.12345})
     with pytest.raises(GrammarError, match="multipleOf"):
         compiler.compile_json_schema({"type": "number", "multipleOf": -2})
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"minimum": 0},
+        {"exclusiveMinimum": 0},
+        {"maximum": 0},
+        {"exclusiveMaximum": 0},
+        {"minimum": 0, "maximum": 0},
+        {"minimum": 0, "maximum": 5},  # a bound besides zero: no exponents
+    ],
+)
+def test_exponents_where_the_bounds_are_zero(checker, bounds):
+    # where the bounds are zero the sign decides, so numbers with an exponent are judged
+    # exactly (1e-06 is what json.dumps writes for 0.000001); other bounds refuse them
+    import jsonschema
+
+    schema = {"type": "number", **bounds}
+    grammar = checker.compiler.compile_json_schema(schema)
+    zero_only = set(bounds.values()) == {0}
+    for text in ["1e-06", "2.5E+3", "-1e-06", "-2.5e3", "0e5", "0.0E1", "0.001e2", "7", "-7"]:
+        valid = jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))
+        got = checker.accepts(grammar, text)
+        assert not got or valid, text
+        if zero_only or "e" not in text.lower():
+            assert got == valid, text
