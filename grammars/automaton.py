@@ -284,7 +284,7 @@ class NFA:
         _, items, sep, extra, (lo, hi), _ = node
         n = len(items)
         top = extra_counts(node)
-        if top == 0:
+        if top is None:
             self._members_any_order_uncounted(node, s, e)
             return
         room = n + top if hi is None else hi  # members an object may hold
@@ -434,17 +434,17 @@ def member_copies(node) -> int:
     of _members_any_order or _members_repeating."""
     if node[5] == REPEATING:
         return 1 << sum(1 for _, required in node[1] if required)
-    return (1 << len(node[1])) * (extra_counts(node) + 1)
+    return (1 << len(node[1])) * ((extra_counts(node) or 0) + 1)
 
 
-def extra_counts(node) -> int:
-    """The counts of extra members an any-order ("members", ...) node tracks: 0 where extras
-    are not counted (no extras, or no minProperties/maxProperties); else extras written up to
-    maxProperties, or 0 or "some" (1) without one, as only one extra counts toward
-    minProperties (their keys may repeat)."""
+def extra_counts(node) -> int | None:
+    """The most extra members an any-order ("members", ...) node counts: None where extras are
+    not counted (no extras, or no minProperties/maxProperties); else maxProperties (0: no
+    extra at all), or 1 ("some") without one, as only one extra counts toward minProperties
+    (their keys may repeat)."""
     _, _, _, extra, (lo, hi), _ = node
     if extra is None or (lo, hi) == (0, None):
-        return 0
+        return None
     return 1 if hi is None else hi
 
 

@@ -438,7 +438,9 @@ class _Builder(_ContainerNodes):
             excluded = _types_of(negated) or []
             if "number" in excluded:
                 excluded = excluded + ["integer"]
-            types = _types_of(base) or ["null", "boolean", "object", "array", "string", "number"]
+            types = _types_of(base)  # [] where merged types left none
+            if types is None:
+                types = ["null", "boolean", "object", "array", "string", "number"]
             kept = [t for t in types if t not in excluded]
             if not kept:
                 return NOTHING

@@ -45,6 +45,8 @@ class _ContainerNodes:
     def array_node(self, schema: dict, path: str) -> tuple:
         lo = _count(schema, "minItems", 0, path)
         hi = _count(schema, "maxItems", None, path)
+        if hi is not None and hi < lo:
+            return NOTHING  # no array has that many items
         if not isinstance(schema.get("uniqueItems", False), bool):
             raise GrammarError(f"uniqueItems must be a boolean at {path}")
         if "contains" in schema and _count(schema, "minContains", 1, path) > 0:
@@ -174,7 +176,7 @@ class _ContainerNodes:
             return None
         items = self._deref(schema.get("items", True), path)
         if only_constants(items):
-            values = constant_values(items, path)
+            values = self._admitted(constant_values(items, path), items, path)
         elif isinstance(items, dict) and set(items) - _ANNOTATIONS == {"type"}:
             types = _types_of(items) or []
             if set(types) - {"boolean", "null"}:

@@ -67,6 +67,7 @@ def _merge(a, b, path: str):
         aside = {k: v for k, v in b.items() if k in kept}
         b = {k: v for k, v in b.items() if k not in kept}
         b["allOf"] = [*b.get("allOf", []), aside]
+    a, b = _merged_arrays(a, b, path)
     out = dict(a)
     for k, v in b.items():
         if k not in out:
@@ -142,6 +143,47 @@ def _merge(a, b, path: str):
         # merged keywords apply in every draft
         out["allOf"] = [{"$ref": out.pop("$ref")}, *out.get("allOf", [])]
     return out
+
+
+_ITEM_KEYWORDS = ("prefixItems", "items", "additionalItems")
+_CONTAINS_KEYWORDS = ("contains", "minContains", "maxContains")
+
+
+def _merged_arrays(a: dict, b: dict, path: str) -> tuple[dict, dict]:
+    """a and b with the keywords whose meaning depends on a sibling merged here: items read
+    after their own schema's prefix (a prefix position takes the other side's prefix item or
+    its items, the rest both sides' items), minContains / maxContains that count their own
+    schema's contains (without one they assert nothing; two different contains are an
+    error)."""
+    a = {k: v for k, v in a.items() if k not in _CONTAINS_KEYWORDS[1:] or "contains" in a}
+    b = {k: v for k, v in b.items() if k not in _CONTAINS_KEYWORDS[1:] or "contains" in b}
+    if "contains" in a and "contains" in b:
+        ga, gb = ({k: s[k] for k in _CONTAINS_KEYWORDS if k in s} for s in (a, b))
+        if json.dumps(ga, sort_keys=True) != json.dumps(gb, sort_keys=True):
+            raise GrammarError(f"allOf: cannot combine contains of two subschemas ({path})")
+    if not (any(k in a for k in _ITEM_KEYWORDS) and any(k in b for k in _ITEM_KEYWORDS)):
+        return a, b
+    (pa, ra), (pb, rb) = _array_parts(a), _array_parts(b)
+    if not pa and not pb:
+        return a, b  # items against items: merged as any two schemas
+    n = max(len(pa), len(pb))
+    prefix = [
+        _merge(pa[i] if i < len(pa) else ra, pb[i] if i < len(pb) else rb, path) for i in range(n)
+    ]
+    a = {k: v for k, v in a.items() if k not in _ITEM_KEYWORDS}
+    b = {k: v for k, v in b.items() if k not in _ITEM_KEYWORDS}
+    a["prefixItems"], a["items"] = prefix, _merge(ra, rb, path)
+    return a, b
+
+
+def _array_parts(schema: dict) -> tuple[list, object]:
+    """(the schemas of the first items, the schema of the items after them)."""
+    prefix, rest = schema.get("prefixItems"), schema.get("items")
+    if isinstance(rest, list):  # draft 4-2019 tuple form
+        prefix, rest = rest, schema.get("additionalItems")
+    if not isinstance(prefix, list | None):
+        raise GrammarError(f"prefixItems must be a list ({prefix!r})")
+    return list(prefix or []), True if rest is None else rest
 
 
 def _common_multiple(a, b, path: str):

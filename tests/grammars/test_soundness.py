@@ -355,3 +355,59 @@ def test_values_json_cannot_write_and_negative_counts_are_refused(compiler, sche
     # NaN and Infinity are no JSON: a grammar of them would write text no parser reads
     with pytest.raises(GrammarError):
         compiler.compile_json_schema(schema)
+
+
+# found by a randomised hunt for accepted documents that jsonschema refuses
+HUNTED = [
+    # items read after their own schema's prefix, also when merged with another schema's
+    ({"allOf": [{"prefixItems": [{}], "items": False}, {"items": {"type": "string"}}]}, "[1]"),
+    (
+        {
+            "$defs": {"t": {"prefixItems": [{"type": "integer"}]}},
+            "$ref": "#/$defs/t",
+            "items": False,
+        },
+        "[1]",
+    ),
+    ({"oneOf": [{"prefixItems": [{}]}], "items": {"type": "object"}}, "[[]]"),
+    # minContains counts its own schema's contains
+    ({"allOf": [{"contains": {"type": "string"}}, {"minContains": 0}]}, "[]"),
+    (
+        {"$defs": {"a": {"contains": {"type": "string"}}}, "$ref": "#/$defs/a", "minContains": 0},
+        "[1]",
+    ),
+    # minItems above maxItems
+    ({"type": "array", "minItems": 2, "maxItems": 0}, "[]"),
+    ({"prefixItems": [{}], "minItems": 3, "maxItems": 1}, "[1]"),
+    ({"maxItems": 0, "allOf": [{"minItems": 3}]}, "[]"),
+    # types that cancel out leave no type, not every type
+    ({"allOf": [{"type": "string"}, {"type": "number"}, {"not": {"type": "null"}}]}, "6"),
+    ({"type": "string", "if": {"type": "array"}, "else": {"type": "number"}}, "650"),
+    ({"type": "null", "if": {"type": "number"}, "else": {"type": "string"}}, "true"),
+    # a constant item is checked against the type beside it
+    ({"items": {"const": None, "type": "number"}, "uniqueItems": True}, "[null]"),
+    ({"items": {"const": True, "type": "integer"}, "uniqueItems": True}, "[true]"),
+]
+
+
+@pytest.mark.parametrize("order", ["schema", "any"])
+@pytest.mark.parametrize("schema, text", HUNTED)
+def test_hunted_documents_are_refused(compiler, schema, text, order):
+    try:
+        grammar = compiler.compile_json_schema(schema, property_order=order)
+    except GrammarError:
+        return
+    assert not _accepts_text(grammar, text)
+
+
+@pytest.mark.parametrize(
+    "schema, text",
+    [
+        ({"type": "object", "properties": {"a": {}}, "maxProperties": 0}, '{"x": 0}'),
+        ({"type": "object", "maxProperties": 0, "dependentRequired": {"a": ["b"]}}, '{"x": 0}'),
+    ],
+)
+def test_max_properties_zero_counts_extra_members_in_any_order(compiler, schema, text):
+    grammar = compiler.compile_json_schema(schema, property_order="any")
+    assert not _accepts_text(grammar, text)
+    assert _accepts_text(grammar, "{}")
