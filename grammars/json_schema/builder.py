@@ -61,7 +61,7 @@ from grammars.json_schema.one_of import (
     presence_variants,
     text_complete,
 )
-from grammars.json_schema.rewrite import _merge, _split_dependencies
+from grammars.json_schema.rewrite import _merge, _split_dependencies, draft_level, in_draft
 from grammars.json_schema.strings import RESTRICTED_FORMATS, _string_literal, string_node
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
@@ -85,16 +85,22 @@ def schema_to_rules(
     property_order "any" lets an object's properties come in any order (see object_node)."""
     if property_order not in ("schema", "any"):
         raise GrammarError(f"property_order must be 'schema' or 'any', not {property_order!r}")
-    builder = _Builder(
-        schema, any_whitespace, separators, strict, max_whitespace_cnt, max_number_digits
-    )
-    builder.property_order = property_order
     try:
+        schema = in_draft(schema, draft_level(schema))
+        builder = _Builder(
+            schema, any_whitespace, separators, strict, max_whitespace_cnt, max_number_digits
+        )
+        builder.property_order = property_order
         root = builder.value(schema, "#")
     except RecursionError:
         raise GrammarError(
             "schema nested too deeply (or recursive through allOf/$ref siblings)"
         ) from None
+    except GrammarError:
+        raise
+    except (TypeError, AttributeError, ValueError, KeyError, IndexError) as exc:
+        # a keyword of the wrong shape that no check caught first ({"required": 1}, ...)
+        raise GrammarError(f"malformed schema ({type(exc).__name__}: {exc})") from None
     return {"root": root, **builder.rules}, "root"
 
 

@@ -260,3 +260,57 @@ def _restrict_to_additional(out: dict, a: dict, b: dict, path: str) -> None:
         if not any(taken):  # (under one of a's patterns, the builder merges its schema in)
             props[name] = False if extra is False else _merge(props[name], extra, path)
     out["properties"] = props
+
+
+# assertion keywords by the draft that introduced them (older drafts ignore them)
+_NEWER_KEYWORDS = {
+    6: frozenset({"const", "contains", "propertyNames"}),
+    7: frozenset({"if", "then", "else"}),
+    2019: frozenset(
+        {"dependentRequired", "dependentSchemas", "minContains", "maxContains"}
+        | {"unevaluatedProperties", "unevaluatedItems"}
+    ),
+    2020: frozenset({"prefixItems"}),
+}
+_SCHEMA_VALUED = ("additionalProperties", "additionalItems", "contains", "propertyNames", "not")
+_SCHEMA_VALUED += ("if", "then", "else", "unevaluatedProperties", "unevaluatedItems", "items")
+_SCHEMA_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+
+
+def draft_level(schema) -> int:
+    """The draft a root schema declares in `$schema` (4, 6, 7, 2019, or 2020: also when it
+    declares none or one not known here)."""
+    declared = str(schema.get("$schema", "")) if isinstance(schema, dict) else ""
+    for name, level in (("draft-03", 4), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7)):
+        if name in declared:
+            return level
+    return 2019 if "2019-09" in declared else 2020
+
+
+def in_draft(schema, level: int):
+    """`schema` without the assertion keywords its draft does not define (draft 4 reads no
+    `const`, draft 7 no `minContains`, ...), at every place that holds a subschema; the same
+    object where there is nothing to drop."""
+    unknown = frozenset().union(*(k for lv, k in _NEWER_KEYWORDS.items() if lv > level))
+    if not unknown:
+        return schema
+    return _without(schema, unknown, 0)
+
+
+def _without(schema, unknown: frozenset, depth: int):
+    if not isinstance(schema, dict):
+        return schema
+    if depth > 512:
+        raise GrammarError("schema nested too deeply")
+    out = {k: v for k, v in schema.items() if k not in unknown}
+    for k in _SCHEMA_VALUED:
+        if isinstance(out.get(k), dict):
+            out[k] = _without(out[k], unknown, depth + 1)
+    for k in _SCHEMA_MAPS + ("dependencies",):
+        if isinstance(out.get(k), dict):
+            out[k] = {n: _without(s, unknown, depth + 1) for n, s in out[k].items()}
+    for k in _SCHEMA_LISTS:
+        if isinstance(out.get(k), list):
+            out[k] = [_without(s, unknown, depth + 1) for s in out[k]]
+    return out

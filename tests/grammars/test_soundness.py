@@ -260,7 +260,7 @@ DRAFT4 = "http://json-schema.org/draft-04/schema#"
     [
         {"$schema": DRAFT4, "type": "integer", "enum": [2, 1e20]},
         {"$schema": DRAFT4, "type": "integer", "enum": [*range(40), 1e20]},  # one DFA of all
-        {"$schema": DRAFT4, "anyOf": [{"type": "integer", "const": 2}, {"const": 1e20}]},
+        {"$schema": DRAFT4, "anyOf": [{"type": "integer", "enum": [2]}, {"enum": [1e20]}]},
         {"$schema": DRAFT4, "type": "array", "items": {"type": "integer"}, "const": [2]},
     ],
 )
@@ -411,3 +411,47 @@ def test_max_properties_zero_counts_extra_members_in_any_order(compiler, schema,
     grammar = compiler.compile_json_schema(schema, property_order="any")
     assert not _accepts_text(grammar, text)
     assert _accepts_text(grammar, "{}")
+
+
+_D4 = "http://json-schema.org/draft-04/schema#"
+_D7 = "http://json-schema.org/draft-07/schema#"
+_D2019 = "https://json-schema.org/draft/2019-09/schema"
+
+
+@pytest.mark.parametrize(
+    "schema, text, valid",
+    [
+        # minContains is 2019-09's: draft 7 counts contains at least once
+        ({"$schema": _D7, "contains": {"type": "string"}, "minContains": 0}, "[]", False),
+        ({"$schema": _D7, "contains": {"type": "string"}, "minContains": 0}, '["a"]', True),
+        # prefixItems is 2020-12's: before it, items applies to every item
+        ({"$schema": _D2019, "prefixItems": [{}], "items": {"type": "string"}}, "[1]", False),
+        ({"$schema": _D2019, "prefixItems": [{}], "items": {"type": "string"}}, '["a"]', True),
+        # const is draft 6's: in draft 4 it asserts nothing
+        ({"$schema": _D4, "type": "integer", "const": 1}, "2", True),
+        ({"$schema": _D7, "type": "integer", "const": 1}, "2", False),
+    ],
+)
+def test_keywords_a_draft_does_not_define_are_ignored(compiler, schema, text, valid):
+    grammar = compiler.compile_json_schema(schema)
+    assert _accepts_text(grammar, text) == valid
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"minLength": -1},
+        {"not": {"minLength": True}},
+        {"required": [1]},
+        {"required": True},
+        {"pattern": {}},
+        {"allOf": None},
+        {"patternProperties": [{}]},
+        {"maximum": {}, "exclusiveMaximum": {}},
+        {"then": "x", "if": -1, "minContains": {}},
+        {"properties": ["foo"], "allOf": [{"properties": {}}]},
+    ],
+)
+def test_malformed_keywords_raise_grammar_errors(compiler, schema):
+    with pytest.raises(GrammarError):
+        compiler.compile_json_schema(schema)
