@@ -25,9 +25,9 @@ import numpy as np
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 from grammars.fragments import build_fragment, expand_uses
+from grammars.members import build_members
 
 ALL_BYTES = (1 << 256) - 1
-REPEATING = "repeating"  # a "members" node's order: any, keys may come again
 EMPTY = ("cat", ())
 NOTHING = ("alt", ())
 MAX_NFA_STATES = 400_000
@@ -236,12 +236,8 @@ class NFA:
                     eps += (cur, e)
                     cur = nxt
                 eps += (cur, e)
-        elif kind == "members" and node[5] == REPEATING:
-            self._members_repeating(node, s, e)
-        elif kind == "members" and node[5]:
-            self._members_any_order(node, s, e)
         elif kind == "members":
-            self._members(node, s, e)
+            build_members(self, node, s, e)
         elif kind == "nt":
             self.nts += (s, node[1], e)
         elif kind == "dfa":
@@ -250,152 +246,6 @@ class NFA:
             build_fragment(self, node, s, e)
         else:  # pragma: no cover - programming error
             raise ValueError(f"unknown node {kind}")
-
-    def _members(self, node, s: int, e: int) -> None:
-        """Separated members in a fixed order, optional ones skippable, then any number of
-        `extra` members, lo..hi of them in all; one track of states per count of members
-        written so far (0 .. hi; where hi is None, counts from max(lo, 1) on are alike)."""
-        _, items, sep, extra, (lo, hi), _ = node
-        top = max(lo, 1) if hi is None else hi
-
-        def after(c: int) -> int | None:  # the track after one more member
-            return c + 1 if c < top else (top if hi is None else None)
-
-        track = [s] + [self.new() for _ in range(top)]
-        for item, required in items:
-            nxt = [self.new() for _ in range(top + 1)]
-            self._member_steps(item, sep, track, nxt, after)
-            if not required:
-                for pair in zip(track, nxt):
-                    self.eps += pair
-            track = nxt
-        if extra is not None:  # extras' keys may repeat: toward lo only the first counts
-            first = lambda c: after(c) if c + 1 >= lo else None  # noqa: E731
-            self._member_steps(extra, sep, track, track, first)
-        for c, p in enumerate(track):
-            if c >= lo:
-                self.eps += (p, e)
-
-    def _members_any_order(self, node, s: int, e: int) -> None:
-        """The items in any order, each at most once (the required ones all present, lo..hi
-        members in all), extras anywhere: one state per set of items written (bit i: item i)
-        and, where extras are counted, per count of extras (see extra_counts); each item and
-        extra is built once per state it leads to."""
-        _, items, sep, extra, (lo, hi), _ = node
-        n = len(items)
-        top = extra_counts(node)
-        if top is None:
-            self._members_any_order_uncounted(node, s, e)
-            return
-        room = n + top if hi is None else hi  # members an object may hold
-        state = {}  # (set of items written, extras written) -> state
-        for used in range(1 << n):
-            for k in range(min(top, room - used.bit_count()) + 1):
-                state[used, k] = s if used == k == 0 else self.new()
-
-        def member(node, sources, target: int) -> None:  # from each source state: sep, node
-            mid = self.new()
-            for key in sources:
-                if key == (0, 0):
-                    self.eps += (s, mid)
-                else:
-                    self.build(sep, state[key], mid)
-            self.build(node, mid, target)
-
-        for (used, k), target in state.items():
-            for i in range(n):
-                if used >> i & 1:
-                    member(items[i][0], [(used & ~(1 << i), k)], target)
-            if k:  # past `top` (no maxProperties) extras no longer change the count
-                loop = [(used, k)] if hi is None and k == top else []
-                member(extra, [(used, k - 1), *loop], target)
-        needed = sum(1 << i for i, (_, required) in enumerate(items) if required)
-        for (used, k), p in state.items():
-            if used & needed == needed and used.bit_count() + min(k, 1) >= lo:
-                self.eps += (p, e)  # toward lo only one extra counts: extras' keys may repeat
-
-    def _members_repeating(self, node, s: int, e: int) -> None:
-        """Members in any order where a key may come again (objects with too many properties
-        to track each set of them; no member counts): one state per set of required items
-        written, and one for "only others written so far"; every member is built once per
-        state it leads to, from that state and, for a required one, from the set without it."""
-        _, items, sep, extra, _, _ = node
-        required = [i for i, (_, req) in enumerate(items) if req]
-        bit = {i: 1 << k for k, i in enumerate(required)}
-        top = (1 << len(required)) - 1
-        state = {m: self.new() for m in range(top + 1)}  # something written, required set m
-        parts = [(item, bit.get(i, 0)) for i, (item, _) in enumerate(items)]
-        if extra is not None:
-            parts.append((extra, 0))
-        for m, target in state.items():
-            for item, b in parts:
-                if b and not m & b:
-                    continue  # a required item leads to a set holding it
-                mid = self.new()
-                for src in {m, m & ~b}:
-                    self.build(sep, state[src], mid)
-                if m & ~b == 0:  # the first member
-                    self.eps += (s, mid)
-                self.build(item, mid, target)
-        self.eps += (state[top], e)
-        if not required:
-            self.eps += (s, e)
-
-    def _members_any_order_uncounted(self, node, s: int, e: int) -> None:
-        """_members_any_order where extras do not count: the empty set after extras only."""
-        _, items, sep, extra, _, _ = node
-        n = len(items)
-        state = {0: s}  # set of items written -> state; the empty set before anything
-        for used in range(1, 1 << n):
-            state[used] = self.new()
-        after_extra = self.new()  # the empty set after an extra member
-        sources = {0: [(s, False), (after_extra, True)]}  # (state, something written)
-        for used in range(1, 1 << n):
-            sources[used] = [(state[used], True)]
-        for target in range(1, 1 << n):
-            for i in range(n):
-                if not target >> i & 1:
-                    continue
-                mid = self.new()
-                self.build(items[i][0], mid, state[target])
-                for p, written in sources[target & ~(1 << i)]:
-                    if written:
-                        self.build(sep, p, mid)
-                    else:
-                        self.eps += (p, mid)
-        if extra is not None:
-            for used, places in sources.items():
-                mid = self.new()
-                self.build(extra, mid, after_extra if used == 0 else state[used])
-                for p, written in places:
-                    if written:
-                        self.build(sep, p, mid)
-                    else:
-                        self.eps += (p, mid)
-        needed = sum(1 << i for i, (_, required) in enumerate(items) if required)
-        lo, hi = node[4]  # member counts (only without extras: those are not counted here)
-        for used, places in sources.items():
-            written = used.bit_count()
-            if used & needed == needed and lo <= written and (hi is None or written <= hi):
-                for p, _ in places:
-                    self.eps += (p, e)
-
-    def _member_steps(self, item, sep, track: list, nxt: list, after) -> None:
-        """One member from each track to the next count's track; the tracks that lead to one
-        count share a single copy of the member."""
-        mids: dict[int, int] = {}
-        for c, p in enumerate(track):
-            target = after(c)
-            if target is None:
-                continue
-            mid = mids.get(target)
-            if mid is None:
-                mid = mids[target] = self.new()
-                self.build(item, mid, nxt[target])
-            if c == 0:
-                self.eps += (p, mid)
-            else:
-                self.build(sep, p, mid)
 
     def closure(self, states) -> frozenset[int]:
         """States reachable through empty moves (per-state closures are memoised)."""
@@ -427,25 +277,6 @@ class NFA:
                         todo.append(t)
             hit = memo[s] = frozenset(seen)
         return hit
-
-
-def member_copies(node) -> int:
-    """How many times an any-order ("members", ...) node builds each member: once per state
-    of _members_any_order or _members_repeating."""
-    if node[5] == REPEATING:
-        return 1 << sum(1 for _, required in node[1] if required)
-    return (1 << len(node[1])) * ((extra_counts(node) or 0) + 1)
-
-
-def extra_counts(node) -> int | None:
-    """The most extra members an any-order ("members", ...) node counts: None where extras are
-    not counted (no extras, or no minProperties/maxProperties); else maxProperties (0: no
-    extra at all), or 1 ("some") without one, as only one extra counts toward minProperties
-    (their keys may repeat)."""
-    _, _, _, extra, (lo, hi), _ = node
-    if extra is None or (lo, hi) == (0, None):
-        return None
-    return 1 if hi is None else hi
 
 
 def byte_classes(edges) -> list[tuple[int, list[int]]]:

@@ -3,8 +3,6 @@ not, enum, const)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 from collections import Counter
 from itertools import compress
 from urllib.parse import unquote
@@ -27,9 +25,11 @@ from grammars.errors import GrammarError
 from grammars.grammar import texts_accepted
 from grammars.json_schema.constants import (
     MIN_LITERAL_SET,
+    beside_constants,
     constant_values,
     constants_node,
     only_constants,
+    spellings,
 )
 from grammars.json_schema.containers import _ContainerNodes, _regex_search
 from grammars.json_schema.core import (
@@ -53,7 +53,6 @@ from grammars.json_schema.numbers import (
     _number_literal,
     bounded_digits,
     number_node,
-    number_texts,
 )
 from grammars.json_schema.one_of import (
     OneOfProofs,
@@ -309,7 +308,7 @@ class _Builder(_ContainerNodes):
         a sibling enum; a value of another type, out of bounds or of the wrong shape is
         dropped): those the node of the other keywords accepts. That node is sound, so a value
         kept matches them; a valid value it refuses (a restriction) is dropped too."""
-        rest = _beside_constants(schema)
+        rest = beside_constants(schema)
         if rest is None:
             return values
         verdicts = [self._matches(v, rest) for v in values]
@@ -322,7 +321,7 @@ class _Builder(_ContainerNodes):
             )
         node = self.value(rest, path)
         separators = (",", ":") if self.options[0] else (self.options[1] or (", ", ": "))
-        texts = [_spellings(v, separators, self.draft == "draft-04") for v in undecided]
+        texts = [spellings(v, separators, self.draft == "draft-04") for v in undecided]
         flat = [t for spellings in texts for t in spellings]
         if not _has_rules(node):
             accepts = EagerDFA.from_node(node).accepts
@@ -343,7 +342,7 @@ class _Builder(_ContainerNodes):
     def _verdicts(self, values: list, schema: dict) -> list:
         """instances.matches of each constant against the keywords beside const / enum (the
         constants of an enum are its members already; a const must be in a sibling enum)."""
-        rest = _beside_constants(schema)
+        rest = beside_constants(schema)
         return [True] * len(values) if rest is None else [self._matches(v, rest) for v in values]
 
     def _matches(self, value, schema) -> bool | None:
@@ -581,37 +580,3 @@ class _Builder(_ContainerNodes):
         if t == "object":
             return self.object_node(schema, path)
         raise GrammarError(f"type: unknown type {t!r} at {path}")
-
-
-def _beside_constants(schema: dict) -> dict | None:
-    """The keywords beside const / enum that its constants must also match (a const's sibling
-    enum among them); None where nothing but "type" stands beside an enum (constant_values has
-    already dropped its members of other types)."""
-    rest = {k: v for k, v in schema.items() if k != ("const" if "const" in schema else "enum")}
-    if not _constrains(rest) or (set(rest) - _ANNOTATIONS == {"type"} and "const" not in schema):
-        return None
-    return rest
-
-
-def _spellings(value, separators, integers_only: bool) -> list[bytes]:
-    """Usual JSON texts of a constant: with and without escapes, numbers as number_texts
-    (`integers_only`: integral numbers as digits alone, as `literal` writes them then)."""
-    if integers_only:
-        value = _as_integers(value)
-    texts = {json.dumps(value, ensure_ascii=True, separators=separators)}
-    with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: only its escape is JSON
-        texts.add(json.dumps(value, ensure_ascii=False, separators=separators).encode())
-    if isinstance(value, (int, float)):
-        texts.update(number_texts(value, integers_only))
-    return [t if isinstance(t, bytes) else t.encode() for t in texts]
-
-
-def _as_integers(value):
-    """`value` with its integral floats made integers (2.0 as 2)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return [_as_integers(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _as_integers(v) for k, v in value.items()}
-    return value

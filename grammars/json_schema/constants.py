@@ -8,13 +8,14 @@ an alternation of literals. Both spell every value exactly as _Builder.literal d
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 
 from grammars.automaton import alt
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
-from grammars.json_schema.core import _ANNOTATIONS, _json_type, _types_of
+from grammars.json_schema.core import _ANNOTATIONS, _constrains, _json_type, _types_of
 from grammars.json_schema.numbers import integral_value, number_texts
 from grammars.json_schema.strings import char_spellings, string_word
 from grammars.literal_set import OverlappingSpellings, minimal_dfa
@@ -135,3 +136,37 @@ def common_values(a, b) -> list:
         if found:
             out.append(x)
     return out
+
+
+def beside_constants(schema: dict) -> dict | None:
+    """The keywords beside const / enum that its constants must also match (a const's sibling
+    enum among them); None where nothing but "type" stands beside an enum (constant_values has
+    already dropped its members of other types)."""
+    rest = {k: v for k, v in schema.items() if k != ("const" if "const" in schema else "enum")}
+    if not _constrains(rest) or (set(rest) - _ANNOTATIONS == {"type"} and "const" not in schema):
+        return None
+    return rest
+
+
+def spellings(value, separators, integers_only: bool) -> list[bytes]:
+    """Usual JSON texts of a constant: with and without escapes, numbers as number_texts
+    (`integers_only`: integral numbers as digits alone, as `literal` writes them then)."""
+    if integers_only:
+        value = _as_integers(value)
+    texts = {json.dumps(value, ensure_ascii=True, separators=separators)}
+    with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: only its escape is JSON
+        texts.add(json.dumps(value, ensure_ascii=False, separators=separators).encode())
+    if isinstance(value, (int, float)):
+        texts.update(number_texts(value, integers_only))
+    return [t if isinstance(t, bytes) else t.encode() for t in texts]
+
+
+def _as_integers(value):
+    """`value` with its integral floats made integers (2.0 as 2)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_as_integers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_integers(v) for k, v in value.items()}
+    return value

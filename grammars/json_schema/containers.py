@@ -9,7 +9,6 @@ import json
 from grammars.automaton import (
     EMPTY,
     NOTHING,
-    REPEATING,
     EagerDFA,
     alt,
     cat,
@@ -29,6 +28,7 @@ from grammars.json_schema.constants import (
 from grammars.json_schema.core import _ANNOTATIONS, _types_of, node_size
 from grammars.json_schema.rewrite import _merge
 from grammars.json_schema.strings import _string_literal, key_except, key_node
+from grammars.members import REPEATING
 from grammars.regex import regex_to_node
 
 _MAX_CONTAINED = 8  # minContains: the designated items are each a copy of the item node

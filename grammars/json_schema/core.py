@@ -7,9 +7,9 @@ import re
 
 import numpy as np
 
-from grammars.automaton import member_copies
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
+from grammars.members import member_copies
 
 # keywords that only annotate
 _ANNOTATIONS = {
