@@ -56,6 +56,8 @@ class _ContainerNodes:
         prefix = schema.get("prefixItems")
         items = schema.get("items")
         rest = items
+        if isinstance(items, list) and prefix is not None:
+            raise GrammarError(f"items must be a schema beside prefixItems ({path})")
         if isinstance(items, list):  # draft 4-2019 tuple form
             prefix, rest = items, schema.get("additionalItems")
         prefix = prefix or []
@@ -201,6 +203,8 @@ class _ContainerNodes:
         required = list(schema.get("required") or [])
         pattern_props = schema.get("patternProperties") or {}
         additional = schema.get("additionalProperties")
+        if additional is None and "additionalProperties" in schema:
+            raise GrammarError(f"additionalProperties must be a schema, not null ({path})")
         if additional is None:
             additional = not self.strict
         items = []

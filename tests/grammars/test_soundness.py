@@ -450,6 +450,8 @@ def test_keywords_a_draft_does_not_define_are_ignored(compiler, schema, text, va
         {"maximum": {}, "exclusiveMaximum": {}},
         {"then": "x", "if": -1, "minContains": {}},
         {"properties": ["foo"], "allOf": [{"properties": {}}]},
+        {"prefixItems": [{"enum": [1, 2]}], "items": [True]},  # had let [3] through
+        {"type": "object", "additionalProperties": None},
     ],
 )
 def test_malformed_keywords_raise_grammar_errors(compiler, schema):
