@@ -362,18 +362,19 @@ class _Builder(_ContainerNodes):
         branches = schema[key]
         if not isinstance(branches, list) or not branches:
             raise GrammarError(f"{key} must be a non-empty list at {path}")
-        if key == "oneOf" and isinstance(base, dict):
-            variants = presence_variants(base, [self._deref(b, path) for b in branches])
+        derefs = [self._deref(b, path) for b in branches]
+        if key == "oneOf":
+            variants = presence_variants(base, derefs)
             if variants is not None:  # branches that only say which keys are present
                 # their members in any order, as the automata that make overlapping branches
                 # exclusive (the objects inside them in the builder's order)
                 self.any_order_objects.update(id(v) for v in variants)
                 return alt(*(self.value(v, f"{path}/{key}") for v in variants))
-        subs = []
-        for i, sub in enumerate(branches):
-            if _constrains(base):
-                sub = _merge(base, self._deref(sub, path), f"{path}/{key}/{i}")
-            subs.append(sub)
+        merged = _constrains(base)
+        subs = [
+            _merge(base, sub, f"{path}/{key}/{i}") if merged else branches[i]
+            for i, sub in enumerate(derefs)
+        ]
         constant = [i for i, sub in enumerate(subs) if only_constants(sub)]
         if len(constant) < MIN_LITERAL_SET:
             constant = []
@@ -383,9 +384,7 @@ class _Builder(_ContainerNodes):
             i: self.value(sub, f"{path}/{key}/{i}") for i, sub in enumerate(subs) if i not in shared
         }
         if key == "oneOf":
-            resolved = [self._deref(b, path) for b in branches]
-            if isinstance(base, dict) and _constrains(base):
-                resolved = [_merge(base, b, path) for b in resolved]
+            resolved = subs if merged else derefs
             proofs = self._one_of_proofs(path)
             undecided = proofs.overlapping(resolved)
             try:

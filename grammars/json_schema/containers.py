@@ -25,7 +25,7 @@ from grammars.json_schema.constants import (
     only_constants,
     scalar_key,
 )
-from grammars.json_schema.core import _ANNOTATIONS, _types_of, node_size
+from grammars.json_schema.core import _ANNOTATIONS, _types_of, array_parts, node_size
 from grammars.json_schema.rewrite import _merge
 from grammars.json_schema.strings import _string_literal, key_except, key_node
 from grammars.members import REPEATING
@@ -53,14 +53,7 @@ class _ContainerNodes:
             return self._contains_array(schema, lo, hi, path)
         if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1):
             return self._unique_array(schema, lo, hi, path)  # (one item is always unique)
-        prefix = schema.get("prefixItems")
-        items = schema.get("items")
-        rest = items
-        if isinstance(items, list) and prefix is not None:
-            raise GrammarError(f"items must be a schema beside prefixItems ({path})")
-        if isinstance(items, list):  # draft 4-2019 tuple form
-            prefix, rest = items, schema.get("additionalItems")
-        prefix = prefix or []
+        prefix, rest = array_parts(schema, path)
         if rest is None:
             rest = not (self.strict and prefix)
         prefix_nodes = [self.value(s, f"{path}/prefixItems/{i}") for i, s in enumerate(prefix)]

@@ -155,6 +155,19 @@ def check_text_depth(text: str, limit: int) -> None:
         raise GrammarError(f"schema nested more than {limit} levels deep")
 
 
+def array_parts(schema: dict, path: str) -> tuple[list, object]:
+    """(the schemas of an array's first items, the schema of the items after them or None
+    where the schema gives none): prefixItems and items, or the draft 4-2019 tuple form."""
+    prefix, rest = schema.get("prefixItems"), schema.get("items")
+    if isinstance(rest, list):
+        if prefix is not None:
+            raise GrammarError(f"items must be a schema beside prefixItems ({path})")
+        prefix, rest = rest, schema.get("additionalItems")
+    if not isinstance(prefix, list | None):
+        raise GrammarError(f"prefixItems must be a list ({path})")
+    return list(prefix or []), rest
+
+
 def _types_of(schema: dict):
     t = schema.get("type")
     if t is None:

@@ -8,7 +8,7 @@ import math
 
 from grammars.errors import GrammarError
 from grammars.json_schema.constants import common_values
-from grammars.json_schema.core import _ASSERTIONS, _DEPENDENCY_KEYWORDS
+from grammars.json_schema.core import _ASSERTIONS, _DEPENDENCY_KEYWORDS, array_parts
 from grammars.json_schema.instances import pattern_search
 
 _MAX_DEPENDENCIES = 6  # each one doubles the object's alternatives
@@ -163,7 +163,8 @@ def _merged_arrays(a: dict, b: dict, path: str) -> tuple[dict, dict]:
             raise GrammarError(f"allOf: cannot combine contains of two subschemas ({path})")
     if not (any(k in a for k in _ITEM_KEYWORDS) and any(k in b for k in _ITEM_KEYWORDS)):
         return a, b
-    (pa, ra), (pb, rb) = _array_parts(a), _array_parts(b)
+    (pa, ra), (pb, rb) = array_parts(a, path), array_parts(b, path)
+    ra, rb = (True if r is None else r for r in (ra, rb))
     if not pa and not pb:
         return a, b  # items against items: merged as any two schemas
     n = max(len(pa), len(pb))
@@ -174,16 +175,6 @@ def _merged_arrays(a: dict, b: dict, path: str) -> tuple[dict, dict]:
     b = {k: v for k, v in b.items() if k not in _ITEM_KEYWORDS}
     a["prefixItems"], a["items"] = prefix, _merge(ra, rb, path)
     return a, b
-
-
-def _array_parts(schema: dict) -> tuple[list, object]:
-    """(the schemas of the first items, the schema of the items after them)."""
-    prefix, rest = schema.get("prefixItems"), schema.get("items")
-    if isinstance(rest, list):  # draft 4-2019 tuple form
-        prefix, rest = rest, schema.get("additionalItems")
-    if not isinstance(prefix, list | None):
-        raise GrammarError(f"prefixItems must be a list ({prefix!r})")
-    return list(prefix or []), True if rest is None else rest
 
 
 def _common_multiple(a, b, path: str):
