@@ -134,9 +134,10 @@ class GrammarCompiler:
                 max_number_digits,
                 property_order,
             )
-            return self._cached(
-                key,
-                lambda: schema_to_rules(
+            checks: list = []  # what the matcher checks beside the automaton
+
+            def build():
+                rules, root = schema_to_rules(
                     schema,
                     any_whitespace=any_whitespace,
                     separators=separators,
@@ -144,8 +145,11 @@ class GrammarCompiler:
                     max_whitespace_cnt=max_whitespace_cnt,
                     max_number_digits=max_number_digits,
                     property_order=property_order,
-                ),
-            )
+                    checks=checks,
+                )
+                return rules, root, *checks
+
+            return self._cached(key, build)
 
     def compile_structural_tag(
         self,
@@ -222,12 +226,14 @@ def build_machine(kind: str, spec, *, budget: CompileBudget | None = None, **opt
 
 
 def _machine(build) -> Machine:
-    """Machine(*build()), where build() gives (rules, root)."""
+    """Machine(*build()), where build() gives (rules, root) or (rules, root, UniquePlan)."""
     collecting = gc.isenabled()
     gc.disable()  # compilation allocates many small lists; cyclic GC passes dominate
     try:
-        rules, root = build()
+        rules, root, *checks = build()
         machine = Machine(rules, root)
+        if checks:  # uniqueItems left to the matcher (grammars/unique_items.py)
+            machine.unique = checks[0]
         # free the expression trees while collection is off: once it is back on, a pass
         # would first walk everything still alive that the compile allocated
         del rules

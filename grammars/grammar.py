@@ -33,6 +33,7 @@ from grammars import (
 from grammars.array_dfa import LazyDFA
 from grammars.automaton import NFA
 from grammars.errors import GrammarError
+from grammars.matcher import GrammarMatcher
 from grammars.tokenizer_info import TokenizerInfo
 from grammars.vocabulary import Vocabulary
 
@@ -88,6 +89,7 @@ class Machine:
             if body[0] == "dfa" and not isinstance(body[1], LazyDFA)  # not determinised here
         }
         self._live: dict[int, array] = {}
+        self.unique = None  # a json_schema.unique.UniquePlan the matcher checks
         self._utf8_memo = np.zeros((0, 2), np.int64)  # lazydfa_chain._utf8_step's
         self._chain_memo = np.zeros((0, 5), np.int64)  # lazydfa.extend_chain's
 
@@ -472,128 +474,3 @@ def _set_bits(words: np.ndarray, tokens: np.ndarray) -> None:
     """Set the bits of `tokens` in `words` (uint32, bit t of word w: token 32w + t)."""
     if len(tokens):
         fastcall.call(lazydfa_walk.set_bits, words, np.ascontiguousarray(tokens, np.int64))
-
-
-def _utf8_prefix(data: bytes) -> str:
-    """The longest prefix of `data` made of whole UTF-8 characters."""
-    for cut in range(len(data), max(len(data) - 4, -1), -1):
-        try:
-            return data[:cut].decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-    return data.decode("utf-8", errors="ignore")
-
-
-class GrammarMatcher:
-    """The state of one generation: cheap to create, rolls back, never changes on refusal."""
-
-    def __init__(self, grammar: CompiledGrammar):
-        self.grammar = grammar
-        self._history: list[int] = [grammar.initial]
-        self._terminated = False
-
-    @property
-    def state(self) -> int:
-        return self._history[-1]
-
-    def accept_token(self, token_id: int) -> bool:
-        g = self.grammar
-        if self._terminated:
-            return False
-        hist = self._history
-        key = g.token_key(hist[-1], token_id)
-        if key is not None:  # a token read here before: one lookup
-            nxt = g._token_steps.get(key)
-            if nxt is not None:
-                hist.append(nxt)
-                return True
-        if token_id in g.vocab.eos_set:
-            if g.is_complete(self.state):
-                self._terminated = True
-                self._history.append(self.state)
-                return True
-            return False
-        if not 0 <= token_id < g.vocab.size or token_id in g.vocab.special_set:
-            return False
-        data = g.vocab.token_bytes[token_id]
-        if not data:
-            return False
-        nxt = g.walk(self.state, data)
-        if not nxt:
-            return False
-        g.remember_token(key, nxt)
-        self._history.append(nxt)
-        return True
-
-    def accept_string(self, text: str | bytes) -> bool:
-        data = text.encode("utf-8") if isinstance(text, str) else text
-        if self._terminated:
-            return not data
-        nxt = self.grammar.walk(self.state, data) if data else self.state
-        if not nxt:
-            return False
-        self._history.append(nxt)
-        return True
-
-    def fill_next_token_bitmask(self, bitmask, index: int = 0) -> None:
-        g = self.grammar
-        if self._terminated:
-            words = g.vocab.eos_only
-        else:
-            words = g._masks.get(self._history[-1])  # mask(), without the call when known
-            if words is None:
-                words = g.mask(self._history[-1])
-        if type(bitmask) is np.ndarray and bitmask.ndim == 1 and len(bitmask) == len(words):
-            bitmask[...] = words  # the common case, in the fewest steps
-            return
-        target = bitmask
-        if not isinstance(bitmask, np.ndarray):  # a torch tensor
-            if bitmask.device.type != "cpu":
-                row = bitmask[index] if bitmask.dim() == 2 else bitmask
-                row.zero_()
-                row[: len(words)].copy_(_to_torch(words, bitmask.device))
-                return
-            target = bitmask.numpy()
-        row = target[index] if target.ndim == 2 else target
-        if row.shape[0] == words.shape[0]:
-            np.copyto(row, words)
-        else:
-            row[: len(words)] = words
-            row[len(words) :] = 0
-
-    def next_token_mask(self) -> np.ndarray:
-        """The allowed token ids as a boolean array over the vocabulary."""
-        g = self.grammar
-        words = g.vocab.eos_only if self._terminated else g.mask(self.state)
-        return g.vocab.unpack(words)
-
-    def is_terminated(self) -> bool:
-        return self._terminated
-
-    def is_completed(self) -> bool:
-        """The text so far is a complete match (EOS would be accepted)."""
-        return self._terminated or self.grammar.is_complete(self.state)
-
-    def rollback(self, num_tokens: int) -> None:
-        if num_tokens < 0 or num_tokens >= len(self._history):
-            raise ValueError(
-                f"cannot roll back {num_tokens} tokens ({len(self._history) - 1} accepted)"
-            )
-        if num_tokens:
-            del self._history[-num_tokens:]
-            self._terminated = False
-
-    def find_jump_forward_string(self) -> str:
-        if self._terminated:
-            return ""
-        return _utf8_prefix(self.grammar.jump_forward_bytes(self.state))
-
-    def reset(self) -> None:
-        self._history = [self.grammar.initial]
-        self._terminated = False
-
-
-def _to_torch(words: np.ndarray, device):
-    import torch
-
-    return torch.from_numpy(words).to(device)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import compress
-from urllib.parse import unquote
 
 from grammars.automaton import (
     EMPTY,
@@ -43,6 +42,7 @@ from grammars.json_schema.core import (
     _types_of,
     check_ref_scopes,
     node_size,
+    resolve_ref,
     shared,
 )
 from grammars.json_schema.instances import finite_values, matches
@@ -62,6 +62,7 @@ from grammars.json_schema.one_of import (
 )
 from grammars.json_schema.rewrite import _merge, _split_dependencies, draft_level, in_draft
 from grammars.json_schema.strings import RESTRICTED_FORMATS, _string_literal, string_node
+from grammars.json_schema.unique import UniquePlan
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
@@ -77,11 +78,14 @@ def schema_to_rules(
     max_whitespace_cnt: int | None = None,
     max_number_digits: int | None = None,
     property_order: str = "schema",
+    checks: list | None = None,
 ) -> tuple[dict, str]:
     """(rules, root) of the documents `schema` accepts; with any_whitespace, each run of
     whitespace between tokens holds at most `max_whitespace_cnt` characters (None: any); each
     run of digits in a number not bounded by the schema holds at most `max_number_digits`;
-    property_order "any" lets an object's properties come in any order (see object_node)."""
+    property_order "any" lets an object's properties come in any order (see object_node).
+    With a list as `checks`, uniqueItems over free strings is left to the matcher: the
+    json_schema.unique.UniquePlan it needs is appended there (when there is one)."""
     if property_order not in ("schema", "any"):
         raise GrammarError(f"property_order must be 'schema' or 'any', not {property_order!r}")
     try:
@@ -90,6 +94,11 @@ def schema_to_rules(
             schema, any_whitespace, separators, strict, max_whitespace_cnt, max_number_digits
         )
         builder.property_order = property_order
+        if checks is not None:
+            plan = UniquePlan(builder.root_schema, builder.ref_siblings_apply)
+            builder.unique_by_matcher = plan.tracked
+            if plan.root is not None:
+                checks.append(plan)
         root = builder.value(schema, "#")
     except RecursionError:
         raise GrammarError(
@@ -145,6 +154,8 @@ class _Builder(_ContainerNodes):
         self.rules: dict[str, tuple] = {}
         self.property_order = "schema"  # or "any"
         self.any_order_objects: set[int] = set()  # ids of object schemas taken in any order
+        self.unique_by_matcher: set[int] = set()  # ids of arrays whose uniqueItems the
+        # matcher checks (json_schema/unique.py)
         self._member_rule_count = 0  # rules made of members in any order (_member_rules)
         self._expanding: list[str] = []
         self._recursive: set[str] = set()
@@ -160,21 +171,7 @@ class _Builder(_ContainerNodes):
 
     # -- references --
     def resolve(self, ref: str):
-        if not isinstance(ref, str):
-            raise GrammarError("$ref must be a string")
-        if not ref.startswith("#"):
-            raise GrammarError(f"$ref: only local references (#...) are supported, got {ref!r}")
-        target = self.root_schema
-        pointer = unquote(ref[1:])
-        if pointer and not pointer.startswith("/"):
-            raise GrammarError(f"$ref: anchors are not supported ({ref!r})")
-        for part in pointer.split("/")[1:]:
-            part = part.replace("~1", "/").replace("~0", "~")
-            try:
-                target = target[int(part)] if isinstance(target, list) else target[part]
-            except (KeyError, IndexError, ValueError, TypeError):
-                raise GrammarError(f"$ref: cannot resolve {ref!r}") from None
-        return target, "#" + pointer
+        return resolve_ref(self.root_schema, ref)
 
     def ref_node(self, ref: str) -> tuple:
         target, key = self.resolve(ref)

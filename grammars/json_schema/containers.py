@@ -51,8 +51,12 @@ class _ContainerNodes:
             raise GrammarError(f"uniqueItems must be a boolean at {path}")
         if "contains" in schema and _count(schema, "minContains", 1, path) > 0:
             return self._contains_array(schema, lo, hi, path)
-        if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1):
-            return self._unique_array(schema, lo, hi, path)  # (one item is always unique)
+        if (
+            schema.get("uniqueItems") is True
+            and not (hi is not None and hi <= 1)  # one item is always unique
+            and id(schema) not in self.unique_by_matcher  # checked by the matcher
+        ):
+            return self._unique_array(schema, lo, hi, path)
         prefix, rest = array_parts(schema, path)
         if rest is None:
             rest = not (self.strict and prefix)

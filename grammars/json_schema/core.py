@@ -4,6 +4,7 @@ schema's types and constants."""
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -153,6 +154,25 @@ def check_text_depth(text: str, limit: int) -> None:
     steps -= np.isin(data, (ord("]"), ord("}")))
     if np.cumsum(steps).max(initial=0) > limit:
         raise GrammarError(f"schema nested more than {limit} levels deep")
+
+
+def resolve_ref(root, ref: str):
+    """(the schema a local $ref points to in `root`, its "#/..." key)."""
+    if not isinstance(ref, str):
+        raise GrammarError("$ref must be a string")
+    if not ref.startswith("#"):
+        raise GrammarError(f"$ref: only local references (#...) are supported, got {ref!r}")
+    target = root
+    pointer = unquote(ref[1:])
+    if pointer and not pointer.startswith("/"):
+        raise GrammarError(f"$ref: anchors are not supported ({ref!r})")
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        try:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise GrammarError(f"$ref: cannot resolve {ref!r}") from None
+    return target, "#" + pointer
 
 
 def array_parts(schema: dict, path: str) -> tuple[list, object]:

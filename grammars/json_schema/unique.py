@@ -1,0 +1,286 @@
+"""uniqueItems over arrays of free strings, checked by the matcher (grammars/unique_items.py).
+
+Which arrays hold distinct values is not a regular property once the items are unbounded, so
+the automaton cannot check it. For an array whose items are strings limited at most by
+minLength (every prefix of an item still has infinitely many completions, so refusing a
+duplicate never leaves the matcher without a way on), the automaton accepts the array without
+the condition and the matcher refuses a token that completes an item equal (as a JSON value)
+to an earlier item of the same array.
+
+The matcher finds those arrays in the document by following the schema along the document's
+keys and item positions (a `Place`), so every keyword on the way must apply whatever the
+document holds: properties, additionalProperties (without patternProperties beside it),
+items / prefixItems / additionalItems, allOf and $ref. An array schema met anywhere under a
+keyword that applies only sometimes (anyOf, oneOf, not, if/then/else, dependentSchemas,
+patternProperties, contains, ...) is not tracked and keeps raising GrammarError."""
+
+from __future__ import annotations
+
+from grammars.json_schema.core import _ANNOTATIONS, _types_of, array_parts, resolve_ref
+
+_OPEN_STRING = {"type", "minLength"}
+_SCHEMA_MAPS = ("$defs", "definitions")  # reached only through $ref
+_MAX_PLACE_KEYS = 4096  # additionalProperties lookups kept per place
+
+
+def _annotation(key: str) -> bool:
+    return key in _ANNOTATIONS or key.startswith("x-")
+
+
+class UniquePlan:
+    """The array schemas (by identity) whose uniqueItems the matcher checks, and the places of
+    the document below the root schema. Picklable (plain dicts), shared by every matcher."""
+
+    def __init__(self, root, ref_siblings: bool):
+        self._root = root
+        self._ref_siblings = ref_siblings
+        self.tracked: set[int] = set()
+        self._relevant: set[int] = set()  # schemas below which a tracked array may be placed
+        self._find(root)
+        self.root = Place(self, self._expanded([root])) if self.tracked else None
+
+    # the sets hold ids, which a copy made by pickle does not keep: it keeps the schemas
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        ids = {id(s): s for s in _schemas(self._root)}
+        state["tracked"] = [ids[i] for i in self.tracked]
+        state["_relevant"] = [ids[i] for i in self._relevant]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.tracked = {id(s) for s in state["tracked"]}
+        self._relevant = {id(s) for s in state["_relevant"]}
+
+    # -- planning ---------------------------------------------------------------------------
+    def _find(self, root) -> None:
+        candidates: set[int] = set()
+        tainted: set[int] = set()
+        parents: dict[int, set[int]] = {}  # child id -> ids of the schemas placing it always
+        seen: set[tuple[int, bool]] = set()
+        todo = [(root, True, None)]
+        while todo:
+            node, always, parent = todo.pop()
+            if isinstance(node, list):
+                todo.extend((x, always, parent) for x in node)
+                continue
+            if not isinstance(node, dict):
+                continue
+            if always and parent is not None:
+                parents.setdefault(id(node), set()).add(parent)
+            if (id(node), always) in seen:
+                continue
+            seen.add((id(node), always))
+            if not always:
+                tainted.add(id(node))
+            elif self._free_string_items(node):
+                candidates.add(id(node))
+            todo.extend(self._children(node, always))
+        self.tracked = candidates - tainted
+        # every schema from which a tracked one is placed, through the always-applying keywords
+        todo = list(self.tracked)
+        while todo:
+            i = todo.pop()
+            if i not in self._relevant:
+                self._relevant.add(i)
+                todo.extend(parents.get(i, ()))
+
+    def _children(self, node: dict, always: bool):
+        """(child, always, id(node)) for every schema under `node`: `always` where it applies
+        to a fixed place whatever the document holds."""
+        here = id(node)
+        ref = node.get("$ref")
+        siblings = ref is None or self._ref_siblings
+        if isinstance(ref, str):
+            target = self._target(ref)
+            if target is not None:
+                yield target, always, here
+        for key, value in node.items():
+            if key in _SCHEMA_MAPS or key == "$ref" or not isinstance(value, dict | list):
+                continue
+            keep = always and siblings and key in ("properties", "allOf", "items", "prefixItems")
+            keep = keep or (
+                always
+                and siblings
+                and (
+                    (key == "additionalProperties" and "patternProperties" not in node)
+                    or (key == "additionalItems" and isinstance(node.get("items"), list))
+                    or (key in ("anyOf", "oneOf") and self._by_type(value) is not None)
+                )
+            )
+            if key == "properties" and isinstance(value, dict):
+                yield from ((v, keep, here) for v in value.values())
+            else:  # anything else: every schema (or value taken for one) below it, sometimes
+                yield value, keep, here
+
+    def _target(self, ref: str):
+        try:
+            target = resolve_ref(self._root, ref)[0]
+        except Exception:  # noqa: BLE001 - the builder reports a bad reference itself
+            return None
+        return target if isinstance(target, dict | list) else None
+
+    def _plain(self, node):
+        """`node` through a chain of references with nothing but annotations beside them."""
+        for _ in range(64):
+            if not isinstance(node, dict) or "$ref" not in node:
+                return node
+            if any(not _annotation(k) for k in node if k != "$ref"):
+                return None
+            ref = node["$ref"]
+            node = self._target(ref) if isinstance(ref, str) else None
+        return None
+
+    def _by_type(self, branches) -> list | None:
+        """For anyOf / oneOf branches that each declare types no other branch has (integer and
+        number counted as one): each branch with its set of JSON types (so a value's type
+        picks the one branch that can hold); None otherwise."""
+        if not isinstance(branches, list):
+            return None
+        out, taken = [], set()
+        for b in branches:
+            plain = self._plain(b)
+            types = _types_of(plain) if isinstance(plain, dict) else None
+            if not types or not all(isinstance(t, str) for t in types):
+                return None
+            kinds = {"number" if t == "integer" else t for t in types}
+            if kinds & taken:
+                return None
+            taken |= kinds
+            out.append((b, kinds))
+        return out
+
+    def _free_string_items(self, node: dict) -> bool:
+        """An array schema with uniqueItems whose items are strings limited at most by
+        minLength (and no other condition on the array that could leave no way on)."""
+        if node.get("uniqueItems") is not True or "contains" in node:
+            return False
+        hi = node.get("maxItems")
+        if isinstance(hi, int) and not isinstance(hi, bool) and hi <= 1:
+            return False  # one item is always unique: the automaton needs no help
+        try:
+            prefix, items = array_parts(node, "")
+        except Exception:  # noqa: BLE001 - malformed: the builder reports it
+            return False
+        if prefix:
+            return False
+        items = self._plain(items)
+        if not isinstance(items, dict):
+            return False
+        if any(not _annotation(k) and k not in _OPEN_STRING for k in items):
+            return False
+        lo = items.get("minLength", 0)
+        return _types_of(items) == ["string"] and isinstance(lo, int) and not isinstance(lo, bool)
+
+    # -- places -----------------------------------------------------------------------------
+    def _expanded(self, schemas) -> tuple:
+        """The schemas applying at one place: each with those its $ref and allOf add."""
+        out, seen = [], set()
+        todo = list(reversed(schemas))
+        while todo:
+            s = todo.pop()
+            if not isinstance(s, dict) or id(s) in seen:
+                continue
+            seen.add(id(s))
+            ref = s.get("$ref")
+            if isinstance(ref, str):
+                todo.append(self._target(ref))
+                if not self._ref_siblings:
+                    continue
+            out.append(s)
+            parts = s.get("allOf")
+            if isinstance(parts, list):
+                todo.extend(reversed(parts))
+        return tuple(out)
+
+    def place(self, schemas: list):
+        """The Place of `schemas` (None where no tracked array can be below)."""
+        expanded = self._expanded(schemas)
+        if not any(id(s) in self._relevant for s in expanded):
+            return None
+        return Place(self, expanded)
+
+
+def _schemas(root):
+    """Every dict under `root` (each once)."""
+    seen, todo = {}, [root]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            if id(x) not in seen:
+                seen[id(x)] = x
+                todo.extend(x.values())
+        elif isinstance(x, list):
+            todo.extend(x)
+    return seen.values()
+
+
+class Place:
+    """Where the document is, as the schemas that apply there: `unique` when an array here
+    must hold distinct items (checked by the matcher); key() and item() give the places below
+    (None: no tracked array below)."""
+
+    __slots__ = ("plan", "schemas", "unique", "_keys", "_items", "_typed")
+
+    def __init__(self, plan: UniquePlan, schemas: tuple):
+        self.plan = plan
+        self.schemas = schemas
+        self.unique = any(id(s) in plan.tracked for s in schemas)
+        self._keys: dict[str, Place | None] = {}
+        self._items: dict[int, Place | None] = {}
+        self._typed: dict[str, Place] = {}
+
+    def typed(self, kind: str) -> Place:
+        """This place once its value is known to be of JSON type `kind` ("object" or "array"):
+        with the anyOf / oneOf branches that type picks (see UniquePlan._by_type)."""
+        hit = self._typed.get(kind)
+        if hit is None:
+            schemas, done = list(self.schemas), set()
+            grew = True
+            while grew:
+                grew = False
+                for s in list(schemas):
+                    for key in ("anyOf", "oneOf"):
+                        if (id(s), key) in done or key not in s:
+                            continue
+                        done.add((id(s), key))
+                        for branch, kinds in self.plan._by_type(s[key]) or ():
+                            if kind in kinds:
+                                schemas.extend(self.plan._expanded([branch]))
+                                grew = True
+            hit = self._typed[kind] = Place(self.plan, self.plan._expanded(schemas))
+        return hit
+
+    def key(self, name: str):
+        hit = self._keys.get(name, False)
+        if hit is not False:
+            return hit
+        below = []
+        for s in self.schemas:
+            props = s.get("properties")
+            if isinstance(props, dict) and name in props:
+                below.append(props[name])
+            elif "patternProperties" not in s and isinstance(s.get("additionalProperties"), dict):
+                below.append(s["additionalProperties"])
+        out = self.plan.place(below) if below else None
+        if len(self._keys) < _MAX_PLACE_KEYS:
+            self._keys[name] = out
+        return out
+
+    def item(self, index: int):
+        hit = self._items.get(index, False)
+        if hit is not False:
+            return hit
+        below = []
+        for s in self.schemas:
+            try:
+                prefix, rest = array_parts(s, "")
+            except Exception:  # noqa: BLE001 - malformed: the builder reported it
+                continue
+            sub = prefix[index] if index < len(prefix) else rest
+            if isinstance(sub, dict):
+                below.append(sub)
+        out = self.plan.place(below) if below else None
+        if index < _MAX_PLACE_KEYS:
+            self._items[index] = out
+        return out
