@@ -13,6 +13,7 @@ import json
 import threading
 from collections import OrderedDict
 
+from grammars import unique_items
 from grammars.automaton import alt, lit
 from grammars.budget import CompileBudget, checkpoint, running
 from grammars.errors import GrammarError
@@ -134,7 +135,8 @@ class GrammarCompiler:
                 max_number_digits,
                 property_order,
             )
-            checks: list = []  # what the matcher checks beside the automaton
+            # what the matcher checks beside the automaton (uniqueItems over free strings)
+            checks: list | None = [] if '"uniqueItems":true' in text else None
 
             def build():
                 rules, root = schema_to_rules(
@@ -147,7 +149,7 @@ class GrammarCompiler:
                     property_order=property_order,
                     checks=checks,
                 )
-                return rules, root, *checks
+                return rules, root, *(checks or ())
 
             return self._cached(key, build)
 
@@ -170,19 +172,44 @@ class GrammarCompiler:
         _check_size(budget, text)
         with running(budget):
             checkpoint()
-            parse_structural_tag(tag)  # errors before the cache is consulted
-            return self._cached(
-                ("structural_tag", text, any_whitespace, max_whitespace_cnt, max_number_digits),
-                lambda: structural_tag_rules(
-                    tag,
-                    lambda s: schema_to_rules(
-                        s,
+            structures, triggers = parse_structural_tag(tag)  # errors before the cache
+            # uniqueItems over free strings left to the matcher, where it can find each JSON
+            track = "uniqueItems" in text and unique_items.tagged_plan_possible(
+                structures, triggers
+            )
+
+            def build():
+                plans = []
+
+                def schema_rules(schema):
+                    checks: list | None = [] if track else None
+                    out = schema_to_rules(
+                        schema,
                         any_whitespace=any_whitespace,
                         max_whitespace_cnt=max_whitespace_cnt,
                         max_number_digits=max_number_digits,
+                        checks=checks,
+                    )
+                    plans.append(checks[0] if checks else None)
+                    return out
+
+                rules, root = structural_tag_rules(tag, schema_rules)
+                if not any(plans):
+                    return rules, root
+                encoded = [(_utf8(b), _utf8(e)) for b, _, e in structures]
+                return (
+                    rules,
+                    root,
+                    unique_items.TaggedPlan(
+                        [_utf8(t) for t in triggers],
+                        [b for b, _ in encoded],
+                        [e for _, e in encoded],
+                        plans,
                     ),
-                ),
-            )
+                )
+
+            key = ("structural_tag", text, any_whitespace, max_whitespace_cnt, max_number_digits)
+            return self._cached(key, build)
 
     def compile_builtin_json_grammar(self) -> CompiledGrammar:
         """Any JSON value."""
@@ -243,6 +270,10 @@ def _machine(build) -> Machine:
     finally:
         if collecting:
             gc.enable()
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _not_json(name: str):

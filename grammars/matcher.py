@@ -30,7 +30,7 @@ class GrammarMatcher:
         self._history: list[int] = [grammar.initial]
         self._terminated = False
         self._unique = grammar.machine.unique  # a UniquePlan, or None (nearly always)
-        self._scans = [unique_items.initial_state()] if self._unique is not None else None
+        self._scans = [unique_items.initial(self._unique)] if self._unique is not None else None
 
     @property
     def state(self) -> int:
@@ -162,7 +162,7 @@ class GrammarMatcher:
     def reset(self) -> None:
         self._history = [self.grammar.initial]
         if self._scans is not None:
-            self._scans = [unique_items.initial_state()]
+            self._scans = [unique_items.initial(self._unique)]
         self._terminated = False
 
 

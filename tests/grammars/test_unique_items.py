@@ -9,7 +9,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from grammars import CompiledGrammar, GrammarError
+from grammars import CompiledGrammar, GrammarError, unique_items
 from grammars.compiler import build_machine
 
 TAGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
@@ -239,10 +239,98 @@ def test_machine_built_elsewhere_keeps_the_check(compiler):
     assert not m.accept_string('{"name": "a", "tags": ["x", "x"]}')
 
 
-def test_structural_tags_keep_refusing(compiler):
-    tag = {
-        "structures": [{"begin": "<f>", "schema": TAGS, "end": "</f>"}],
-        "triggers": ["<f>"],
-    }
+CALL = {"type": "object", "properties": {"tags": TAGS, "n": {"type": "integer"}}}
+
+
+def _tool_tag(*names, schema=CALL):
+    structures = [
+        {
+            "begin": f'<tool_call>{{"name": "{n}", "arguments": ',
+            "schema": schema,
+            "end": "}</tool_call>",
+        }
+        for n in names
+    ]
+    return {"structures": structures, "triggers": ["<tool_call>"]}
+
+
+def _call(name, tags):
+    return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps({"tags": tags})}}}</tool_call>'
+
+
+def test_structural_tags_find_each_call(compiler, checker):
+    grammar = compiler.compile_structural_tag(_tool_tag("a", "b"))
+    assert grammar.machine.unique is not None
+    ok = 'Let me call ["x", "x"] {: ' + _call("b", ["x", "y"]) + " then " + _call("a", ["x"])
+    assert checker.accepts(grammar, ok)
+    # free text and other calls hold the same strings freely; each call's array is checked
+    assert not checker.accepts(grammar, "Now " + _call("a", ["x", "y", "x"]))
+    assert not checker.accepts(grammar, _call("a", ["q"]) + " and " + _call("b", ["z", "z"]))
+    tricky = {"tags": ["</tool_call>", "<tool_call>"], "n": 1}
+    text = f'<tool_call>{{"name": "a", "arguments": {json.dumps(tricky)}}}</tool_call>'
+    assert checker.accepts(grammar, text)
+    tricky["tags"].append("</tool_call>")
+    text = f'<tool_call>{{"name": "a", "arguments": {json.dumps(tricky)}}}</tool_call>'
+    assert not checker.accepts(grammar, text)
+
+
+@pytest.mark.parametrize(
+    "tag",
+    [
+        _tool_tag("a", schema={"anyOf": [CALL, {"type": "array"}]}),  # where does it end?
+        {  # a trigger's tail may start a begin: the first trigger need not start the call
+            "structures": [{"begin": "aab", "schema": CALL, "end": "."}],
+            "triggers": ["aa"],
+        },
+        {  # one begin is a prefix of another
+            "structures": [
+                {"begin": "<f>", "schema": CALL, "end": "."},
+                {"begin": "<f>x", "schema": CALL, "end": "."},
+            ],
+            "triggers": ["<f>"],
+        },
+    ],
+)
+def test_structural_tags_that_cannot_be_followed_refuse(compiler, tag):
     with pytest.raises(GrammarError, match="uniqueItems"):
         compiler.compile_structural_tag(tag)
+
+
+def test_tagged_scanner_reads_any_split(compiler):
+    grammar = compiler.compile_structural_tag(_tool_tag("a", "b"))
+    plan = grammar.machine.unique
+    texts = [
+        "x <tool_ " + _call("a", ["p", "q"]) + "<" + _call("b", ["q", "p", "q"]) + " z",
+        _call("b", ["}</tool_call>", "<tool_call>"]) + "</tool_call" + _call("a", ["r", "r"]),
+    ]
+    for text in texts:
+        data = text.encode()
+        whole = unique_items.feed(plan, unique_items.initial(plan), data)
+        assert whole is None  # each holds a call with a duplicate
+        for size in range(1, 9):
+            state = unique_items.initial(plan)
+            for i in range(0, len(data), size):
+                state = unique_items.feed(plan, state, data[i : i + size])
+                if state is None:
+                    break
+            assert state is None, (text, size)
+
+
+def test_tool_calls_with_distinct_string_arguments(compiler, checker):
+    from runtime.server.tool_calls import ToolSpec
+
+    tools = [
+        {"type": "function", "function": {"name": "tag", "parameters": CALL}},
+        {"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}},
+    ]
+    auto = ToolSpec.from_request(tools, "auto", None).constraint()["structural_tag"]
+    grammar = compiler.compile_structural_tag(auto)
+    prefix = auto["structures"][0]["begin"]
+    good = prefix + '{"tags": ["a", "b"], "n": 2}' + auto["structures"][0]["end"]
+    assert checker.accepts(grammar, "Sure. " + good)
+    assert not checker.accepts(grammar, "Sure. " + good.replace('"b"', '"a"'))
+    named = {"type": "function", "function": {"name": "tag"}}
+    forced = ToolSpec.from_request(tools, named, None).constraint()["json_schema"]
+    grammar = compiler.compile_json_schema(forced)
+    assert checker.accepts(grammar, '{"name": "tag", "arguments": {"tags": ["a", "b"]}}')
+    assert not checker.accepts(grammar, '{"name": "tag", "arguments": {"tags": ["a", "a"]}}')
