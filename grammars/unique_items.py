@@ -219,9 +219,9 @@ def _below(plan, top):
 
 class TokenQuotes:
     """Per vocabulary, the tokens by their quotes: those holding one, two or more, or
-    _MIN_QUOTES_ANYWHERE (packed words); `special`, those the scanner must read (a backslash
-    beside a quote, or several quotes); `closing`, the others with one quote by the bytes
-    before it."""
+    _MIN_QUOTES_ANYWHERE; `special`, those the scanner must read (a backslash beside a quote,
+    or several quotes) (each a _sparse pair of packed words); `closing`, the others with one
+    quote by the bytes before it."""
 
     def __init__(self, vocab):
         counts = np.fromiter((t.count(b'"') for t in vocab.token_bytes), np.int64)
@@ -234,10 +234,16 @@ class TokenQuotes:
                 escaped[token] = True
             else:
                 self.closing.setdefault(data[: data.index(b'"')], []).append(token)
-        self.one = vocab.pack(counts >= 1)
-        self.two = vocab.pack(counts >= 2)
-        self.many = vocab.pack(counts >= _MIN_QUOTES_ANYWHERE)
-        self.special = vocab.pack((counts >= 2) | escaped)
+        self.one = _sparse(vocab.pack(counts >= 1))
+        self.two = _sparse(vocab.pack(counts >= 2))
+        self.many = _sparse(vocab.pack(counts >= _MIN_QUOTES_ANYWHERE))
+        self.special = _sparse(vocab.pack((counts >= 2) | escaped))
+
+
+def _sparse(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the indices of the words with a bit set, those words): few, for sets of rare tokens."""
+    at = np.flatnonzero(words)
+    return at, words[at]
 
 
 def token_quotes(vocab) -> TokenQuotes:
@@ -273,9 +279,11 @@ def filtered_mask(plan, state: State, words: np.ndarray, vocab) -> np.ndarray:
         check = quotes.two  # a whole item
     else:
         check = quotes.many
-    hits = np.flatnonzero(words & check)
-    for w in hits.tolist():
-        bits = int(words[w]) & int(check[w]) & 0xFFFFFFFF
+    at, bits_at = check
+    both = words[at] & bits_at
+    hit = both != 0
+    for w, bits in zip(at[hit].tolist(), both[hit].tolist()):
+        bits &= 0xFFFFFFFF
         while bits:
             low = bits & -bits
             bits ^= low

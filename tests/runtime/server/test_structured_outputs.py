@@ -1,7 +1,7 @@
 """Structured outputs through a real server: MaskBench schemas (20 in `make test`, 100 in the
 slow run), greedy and sampled, with jump-forward on and off (every finished output validates);
-regex, EBNF and streaming with jump-forward; bad constraints answered 400 while the server
-keeps serving."""
+regex, EBNF and streaming with jump-forward; uniqueItems checked by the matcher; bad
+constraints answered 400 while the server keeps serving."""
 
 import json
 import os
@@ -143,6 +143,34 @@ def test_regex_ebnf_and_streams(server):
     assert re.fullmatch(params["regex"], whole.json()["text"])
     jumped = whole.json()["meta_info"]["jump_forward_tokens"]
     assert (jumped > 0) == ("--disable-jump-forward" not in server.proc.args)
+
+
+def test_distinct_items_through_the_server(server):
+    """uniqueItems over strings, checked by the matcher in the scheduler's process (the grammar
+    compiled in a worker and sent over): sampled outputs asked to repeat a word never do."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "words": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1},
+                "uniqueItems": True,
+                "minItems": 4,
+            }
+        },
+        "required": ["words"],
+    }
+    prompt = PROMPT.replace("Write a JSON document.", 'Repeat the word "yes" four times in JSON.')
+    finished = 0
+    for seed in range(6):
+        params = {"json_schema": schema, "temperature": 1.0, "seed": seed, "max_new_tokens": 64}
+        r = _generate(server.url, {"text": prompt, "sampling_params": params})
+        assert r.status_code == 200, r.text
+        out = r.json()
+        if out["meta_info"]["finish_reason"]["type"] == "stop":
+            finished += 1
+            jsonschema.validate(json.loads(out["text"]), schema)
+    assert finished
 
 
 @pytest.mark.parametrize(
