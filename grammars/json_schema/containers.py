@@ -148,7 +148,11 @@ class _ContainerNodes:
         values = self._item_values(schema, path)
         if values is None or len(values) > _MAX_UNIQUE_VALUES:
             # (over more values, or others, uniqueness is not regular: docs/grammars.md)
-            raise GrammarError(f"uniqueItems is not supported ({path})")
+            raise GrammarError(
+                f"uniqueItems is not supported ({path}): only over at most 8 constants, or over "
+                "strings limited at most by minLength in an array placed by properties, items, "
+                "allOf, $ref or anyOf/oneOf branches of distinct types"
+            )
         literals = [self.literal(v, path) for v in values]
         sep = self.item_sep
 
