@@ -120,7 +120,8 @@ class GrammarCompiler:
             # before json.dumps and the builder recurse
             check_depth(schema, MAX_SCHEMA_DEPTH, budget.max_bytes if budget else None)
             try:
-                text = json.dumps(schema, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+                # keys in their order: properties come in schema order, so order is meaning
+                text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
             except ValueError as exc:  # an integer too long to write
                 raise GrammarError(f"schema cannot be written as JSON: {exc}") from None
             _check_size(budget, text)
@@ -168,7 +169,7 @@ class GrammarCompiler:
         from grammars.json_schema import schema_to_rules
         from grammars.structural_tag import parse_structural_tag, structural_tag_rules
 
-        text = tag if isinstance(tag, str) else json.dumps(tag, sort_keys=True)
+        text = tag if isinstance(tag, str) else json.dumps(tag)  # keys in order, as above
         _check_size(budget, text)
         with running(budget):
             checkpoint()

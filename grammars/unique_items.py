@@ -20,7 +20,8 @@ import re
 import numpy as np
 
 _OBJ, _ARR = 0, 1
-_NONE, _KEY, _ITEM = 0, 1, 2  # what the string being read is to the scanner
+_NONE, _KEY, _ITEM, _CHOICE = 0, 1, 2, 3  # what the string being read is to the scanner
+# (_CHOICE: the value of the key that picks an object's branch, Place.choice)
 _SPECIAL = re.compile(rb'["\\]')
 _STRUCTURE = re.compile(rb'[]["{}:,]')
 _MIN_QUOTES_ANYWHERE = 4  # `["a","a"` in one token: the least a token needs to add a duplicate
@@ -158,6 +159,10 @@ def _json(plan, state: State, data: bytes, i: int) -> tuple[State | None, int]:
                 kind, place, _, _ = frames[-1]
                 key = json.loads(b'"' + buf + b'"')
                 frames = frames[:-1] + ((kind, place, key, False),)
+            elif role == _CHOICE:
+                kind, place, key, _ = frames[-1]
+                place = place.chosen(json.loads(b'"' + buf + b'"'))
+                frames = frames[:-1] + ((kind, place, key, False),)
             elif role == _ITEM:
                 kind, place, index, seen = frames[-1]
                 value = _value(buf)
@@ -178,7 +183,14 @@ def _json(plan, state: State, data: bytes, i: int) -> tuple[State | None, int]:
             if top is None:
                 role = _NONE
             elif top[0] == _OBJ:
-                role = _KEY if top[3] and top[1] is not None else _NONE
+                place = top[1]
+                if place is None:
+                    role = _NONE
+                elif top[3]:
+                    role = _KEY
+                else:
+                    choice = place.choice
+                    role = _CHOICE if choice is not None and top[2] == choice[0] else _NONE
             else:
                 role = _ITEM if top[3] is not None else _NONE
         elif c == 0x7B or c == 0x5B:  # '{' or '[': a container opens

@@ -95,7 +95,7 @@ def schema_to_rules(
         )
         builder.property_order = property_order
         if checks is not None:
-            plan = UniquePlan(builder.root_schema, builder.ref_siblings_apply)
+            plan = UniquePlan(builder.root_schema, builder.ref_siblings_apply, property_order)
             builder.unique_by_matcher = plan.tracked
             if plan.root is not None:
                 checks.append(plan)

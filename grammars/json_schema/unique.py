@@ -19,6 +19,7 @@ from __future__ import annotations
 from grammars.json_schema.core import _ANNOTATIONS, _types_of, array_parts, resolve_ref
 
 _OPEN_STRING = {"type", "minLength"}
+_BRANCH_KEYS = {"type", "properties", "required", "additionalProperties"}  # see _by_const
 _SCHEMA_MAPS = ("$defs", "definitions")  # reached only through $ref
 _MAX_PLACE_KEYS = 4096  # additionalProperties lookups kept per place
 
@@ -31,9 +32,10 @@ class UniquePlan:
     """The array schemas (by identity) whose uniqueItems the matcher checks, and the places of
     the document below the root schema. Picklable (plain dicts), shared by every matcher."""
 
-    def __init__(self, root, ref_siblings: bool):
+    def __init__(self, root, ref_siblings: bool, property_order: str = "schema"):
         self._root = root
         self._ref_siblings = ref_siblings
+        self._property_order = property_order
         self.tracked: set[int] = set()
         self._relevant: set[int] = set()  # schemas below which a tracked array may be placed
         self._find(root)
@@ -105,7 +107,10 @@ class UniquePlan:
                 and (
                     (key == "additionalProperties" and "patternProperties" not in node)
                     or (key == "additionalItems" and isinstance(node.get("items"), list))
-                    or (key in ("anyOf", "oneOf") and self._by_type(value) is not None)
+                    or (
+                        key in ("anyOf", "oneOf")
+                        and (self._by_type(value) is not None or bool(self._by_const(node, key)))
+                    )
                 )
             )
             if key == "properties" and isinstance(value, dict):
@@ -149,6 +154,42 @@ class UniquePlan:
             taken |= kinds
             out.append((b, kinds))
         return out
+
+    def _by_const(self, node: dict, key: str) -> tuple | None:
+        """For `node`'s anyOf / oneOf of objects told apart by the constant of their first
+        property (a tool call's {"name": {"const": ...}, "arguments": ...}): (that property,
+        {its value: branch}); None otherwise. In schema order, with nothing beside the branches
+        but `type`, that required first property is the document's first key, so the branch
+        is known before any other key is read."""
+        if self._property_order != "schema" or node.get("type", "object") != "object":
+            return None
+        if any(not _annotation(k) and k not in ("type", key) for k in node):
+            return None
+        branches = node.get(key)
+        if not isinstance(branches, list) or len(branches) < 2:
+            return None
+        name, out = None, {}
+        for b in branches:
+            plain = self._plain(b)
+            if not isinstance(plain, dict) or plain.get("type") != "object":
+                return None
+            if any(not _annotation(k) and k not in _BRANCH_KEYS for k in plain):
+                return None
+            props, required = plain.get("properties"), plain.get("required")
+            if not isinstance(props, dict) or not props or not isinstance(required, list):
+                return None
+            first = next(iter(props))
+            name = first if name is None else name
+            const = props[first]
+            if first != name or name not in required or not isinstance(const, dict):
+                return None
+            if any(not _annotation(k) and k not in ("const", "type") for k in const):
+                return None
+            value = const.get("const")
+            if not isinstance(value, str) or value in out:
+                return None
+            out[value] = b
+        return name, out
 
     def _free_string_items(self, node: dict) -> bool:
         """An array schema with uniqueItems whose items are strings limited at most by
@@ -220,22 +261,34 @@ class Place:
     must hold distinct items (checked by the matcher); key() and item() give the places below
     (None: no tracked array below)."""
 
-    __slots__ = ("plan", "schemas", "unique", "_keys", "_items", "_typed")
+    __slots__ = ("plan", "schemas", "unique", "choice", "_keys", "_items", "_typed", "_chosen")
 
-    def __init__(self, plan: UniquePlan, schemas: tuple):
+    def __init__(self, plan: UniquePlan, schemas: tuple, choice: tuple | None = None):
         self.plan = plan
         self.schemas = schemas
         self.unique = any(id(s) in plan.tracked for s in schemas)
+        self.choice = choice  # (key, {value: branch}) where a key's value picks a branch
         self._keys: dict[str, Place | None] = {}
         self._items: dict[int, Place | None] = {}
         self._typed: dict[str, Place] = {}
+        self._chosen: dict[str, Place] = {}
+
+    def chosen(self, value: str) -> Place:
+        """This object's place once its `choice` key holds `value`."""
+        hit = self._chosen.get(value)
+        if hit is None:
+            branch = self.choice[1].get(value)
+            more = self.plan._expanded([branch]) if branch is not None else ()
+            hit = self._chosen[value] = Place(self.plan, self.schemas + more)
+        return hit
 
     def typed(self, kind: str) -> Place:
         """This place once its value is known to be of JSON type `kind` ("object" or "array"):
-        with the anyOf / oneOf branches that type picks (see UniquePlan._by_type)."""
+        with the anyOf / oneOf branches that type picks (see UniquePlan._by_type), and for an
+        object the choice its first key's constant makes (UniquePlan._by_const)."""
         hit = self._typed.get(kind)
         if hit is None:
-            schemas, done = list(self.schemas), set()
+            schemas, done, choices = list(self.schemas), set(), []
             grew = True
             while grew:
                 grew = False
@@ -244,11 +297,21 @@ class Place:
                         if (id(s), key) in done or key not in s:
                             continue
                         done.add((id(s), key))
+                        by_const = kind == "object" and self.plan._by_const(s, key)
+                        if by_const:
+                            choices.append(by_const)
                         for branch, kinds in self.plan._by_type(s[key]) or ():
                             if kind in kinds:
                                 schemas.extend(self.plan._expanded([branch]))
                                 grew = True
-            hit = self._typed[kind] = Place(self.plan, self.plan._expanded(schemas))
+            if len(choices) > 1:  # several choices at one place (allOf of such groups): every
+                # branch of each applies, so a check any of them asks for is made (sound; it
+                # may refuse a document whose chosen branches would allow a repeat)
+                for _, branches in choices:
+                    schemas.extend(self.plan._expanded(list(branches.values())))
+                choices = []
+            choice = choices[0] if choices else None
+            hit = self._typed[kind] = Place(self.plan, self.plan._expanded(schemas), choice)
         return hit
 
     def key(self, name: str):

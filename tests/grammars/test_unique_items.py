@@ -334,3 +334,66 @@ def test_tool_calls_with_distinct_string_arguments(compiler, checker):
     grammar = compiler.compile_json_schema(forced)
     assert checker.accepts(grammar, '{"name": "tag", "arguments": {"tags": ["a", "b"]}}')
     assert not checker.accepts(grammar, '{"name": "tag", "arguments": {"tags": ["a", "a"]}}')
+
+
+def _kinds(first="kind", required=("kind", "tags"), extra=None):
+    def branch(kind, tags):
+        props = {first: {"const": kind}, "tags": tags} if first == "kind" else {}
+        if first != "kind":
+            props = {"tags": tags, "kind": {"const": kind}}
+        out = {"type": "object", "properties": props, "required": list(required)}
+        return out | (extra or {})
+
+    return {
+        "oneOf": [branch("a", TAGS), branch("b", {"type": "array", "items": {"type": "string"}})]
+    }
+
+
+def test_branches_picked_by_a_first_constant(compiler, checker):
+    grammar = compiler.compile_json_schema(_kinds())
+    assert checker.accepts(grammar, '{"kind": "a", "tags": ["x", "y"]}')
+    assert not checker.accepts(grammar, '{"kind": "a", "tags": ["x", "y", "x"]}')
+    assert checker.accepts(grammar, '{"kind": "b", "tags": ["x", "x"]}')  # b allows repeats
+    assert not checker.accepts(grammar, '{"kind": "a", "tags": ["x", "x"]}')
+    tools = {"type": "array", "items": _kinds(extra={"additionalProperties": False})}
+    grammar = compiler.compile_json_schema(tools)
+    doc = '[{"kind": "b", "tags": ["x", "x"]}, {"kind": "a", "tags": ["x"]}]'
+    assert checker.accepts(grammar, doc)
+    assert not checker.accepts(grammar, doc.replace('["x"]', '["x", "x"]'))
+
+
+@pytest.mark.parametrize(
+    "schema, options",
+    [
+        (_kinds(), {"property_order": "any"}),  # the constant may come after the array
+        (_kinds(first="tags"), {}),  # not the first property
+        (_kinds(required=("tags",)), {}),  # may be left out
+    ],
+)
+def test_branches_the_document_may_not_pick_first_raise(compiler, schema, options):
+    with pytest.raises(GrammarError, match="uniqueItems"):
+        compiler.compile_json_schema(schema, **options)
+
+
+def test_required_tool_calls_with_several_tools(compiler, checker):
+    from runtime.server.tool_calls import ToolSpec
+
+    tools = [
+        {"type": "function", "function": {"name": "tag", "parameters": CALL}},
+        {"type": "function", "function": {"name": "other", "parameters": CALL}},
+    ]
+    for parallel in (False, True):
+        spec = ToolSpec.from_request(tools, "required", parallel)
+        grammar = compiler.compile_json_schema(spec.constraint()["json_schema"])
+        call = '{"name": "other", "arguments": {"tags": ["a", "b"]}}'
+        bad = '{"name": "tag", "arguments": {"tags": ["a", "a"]}}'
+        wrap = (lambda c: f"[{c}]") if parallel else (lambda c: c)
+        assert checker.accepts(grammar, wrap(call))
+        assert not checker.accepts(grammar, wrap(bad))
+
+
+def test_cached_grammars_keep_the_property_order(compiler, checker):
+    ab = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+    ba = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "integer"}}}
+    assert checker.accepts(compiler.compile_json_schema(ab), '{"a": 1, "b": 2}')
+    assert checker.accepts(compiler.compile_json_schema(ba), '{"b": 2, "a": 1}')
