@@ -151,7 +151,8 @@ class _ContainerNodes:
             raise GrammarError(
                 f"uniqueItems is not supported ({path}): only over at most 8 constants, or over "
                 "strings limited at most by minLength in an array placed by properties, items, "
-                "allOf, $ref or anyOf/oneOf branches of distinct types"
+                "allOf, $ref or anyOf/oneOf branches of distinct types or picked by a first "
+                "constant"
             )
         literals = [self.literal(v, path) for v in values]
         sep = self.item_sep
