@@ -20,6 +20,7 @@ from grammars.json_schema.core import _ANNOTATIONS, _types_of, array_parts, reso
 
 _OPEN_STRING = {"type", "minLength"}
 _BRANCH_KEYS = {"type", "properties", "required", "additionalProperties"}  # see _by_const
+_OBJECT_KEYWORDS = ("properties", "additionalProperties", "patternProperties", "required")
 _SCHEMA_MAPS = ("$defs", "definitions")  # reached only through $ref
 _MAX_PLACE_KEYS = 4096  # additionalProperties lookups kept per place
 
@@ -288,7 +289,7 @@ class Place:
         object the choice its first key's constant makes (UniquePlan._by_const)."""
         hit = self._typed.get(kind)
         if hit is None:
-            schemas, done, choices = list(self.schemas), set(), []
+            schemas, done, choices, pickers = list(self.schemas), set(), [], set()
             grew = True
             while grew:
                 grew = False
@@ -300,13 +301,17 @@ class Place:
                         by_const = kind == "object" and self.plan._by_const(s, key)
                         if by_const:
                             choices.append(by_const)
+                            pickers.add(id(s))
                         for branch, kinds in self.plan._by_type(s[key]) or ():
                             if kind in kinds:
                                 schemas.extend(self.plan._expanded([branch]))
                                 grew = True
-            if len(choices) > 1:  # several choices at one place (allOf of such groups): every
-                # branch of each applies, so a check any of them asks for is made (sound; it
-                # may refuse a document whose chosen branches would allow a repeat)
+            keyed = any(  # another schema here naming keys: those may come before the choice
+                k in x for x in schemas if id(x) not in pickers for k in _OBJECT_KEYWORDS
+            )
+            if len(choices) > 1 or (choices and keyed):  # (allOf of such groups, or beside
+                # properties): every branch applies, so a check any of them asks for is made
+                # (sound; it may refuse a document whose chosen branch would allow a repeat)
                 for _, branches in choices:
                     schemas.extend(self.plan._expanded(list(branches.values())))
                 choices = []

@@ -362,6 +362,17 @@ def test_branches_picked_by_a_first_constant(compiler, checker):
     assert not checker.accepts(grammar, doc.replace('["x"]', '["x", "x"]'))
 
 
+def test_a_choice_beside_named_keys_checks_every_branch(compiler, checker):
+    # a key named beside the branches may come before the one that picks: every branch's
+    # check is made (sound; here it refuses a repeat that branch b would allow)
+    schema = {"allOf": [{"properties": {"note": {"type": "string"}}}, _kinds()]}
+    grammar = compiler.compile_json_schema(schema)
+    assert grammar.machine.unique is not None
+    assert checker.accepts(grammar, '{"kind": "b", "tags": ["x", "y"]}')
+    assert not checker.accepts(grammar, '{"kind": "a", "tags": ["x", "x"]}')
+    assert not checker.accepts(grammar, '{"kind": "b", "tags": ["x", "x"]}')  # the restriction
+
+
 @pytest.mark.parametrize(
     "schema, options",
     [
