@@ -14,6 +14,7 @@ escapes, brackets, colons and commas (numbers, literals and whitespace pass thro
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 
@@ -89,20 +90,27 @@ def tagged_plan_possible(structures, triggers) -> bool:
     closes), no begin is a prefix of another, and no trigger's tail (nor a begin's) can be the
     start of a begin (so the first trigger in free text starts a structure, and the begin found
     there is the one written)."""
-    begins = [b.encode("utf-8", "surrogatepass") for b, _, _ in structures]
     if any(
         not isinstance(s, dict) or s.get("type") not in ("object", "array")
         for _, s, _ in structures
     ):
         return False
-    heads = [t.encode("utf-8", "surrogatepass") for t in triggers] + begins
-    for h in heads:
-        for k in range(1, len(h)):
-            if any(b.startswith(h[k:]) or h[k:].startswith(b) for b in begins):
+    begins = sorted(b.encode("utf-8", "surrogatepass") for b, _, _ in structures)
+    # a begin that is a prefix of another is a prefix of the next one in sorted order
+    if any(b.startswith(a) for a, b in zip(begins, begins[1:])):
+        return False
+    starts = {b[0] for b in begins}  # a tail that can start a begin starts with one of these
+    for head in [t.encode("utf-8", "surrogatepass") for t in triggers] + begins:
+        for k in range(1, len(head)):
+            if head[k] not in starts:
+                continue
+            tail = head[k:]
+            at = bisect.bisect_left(begins, tail)  # the first begin that may start with it
+            if at < len(begins) and begins[at].startswith(tail):
                 return False
-    return not any(
-        i != j and b.startswith(c) for i, b in enumerate(begins) for j, c in enumerate(begins)
-    )
+            if any(tail.startswith(b) for b in begins):
+                return False
+    return True
 
 
 def _value(raw: bytes) -> bytes:

@@ -16,6 +16,7 @@ patternProperties, contains, ...) is not tracked and keeps raising GrammarError.
 
 from __future__ import annotations
 
+from grammars.errors import GrammarError
 from grammars.json_schema.core import _ANNOTATIONS, _types_of, array_parts, resolve_ref
 
 _OPEN_STRING = {"type", "minLength"}
@@ -101,28 +102,29 @@ class UniquePlan:
         for key, value in node.items():
             if key in _SCHEMA_MAPS or key == "$ref" or not isinstance(value, dict | list):
                 continue
-            keep = always and siblings and key in ("properties", "allOf", "items", "prefixItems")
-            keep = keep or (
-                always
-                and siblings
-                and (
-                    (key == "additionalProperties" and "patternProperties" not in node)
-                    or (key == "additionalItems" and isinstance(node.get("items"), list))
-                    or (
-                        key in ("anyOf", "oneOf")
-                        and (self._by_type(value) is not None or bool(self._by_const(node, key)))
-                    )
-                )
-            )
+            keep = always and siblings and self._places_always(node, key, value)
             if key == "properties" and isinstance(value, dict):
                 yield from ((v, keep, here) for v in value.values())
             else:  # anything else: every schema (or value taken for one) below it, sometimes
                 yield value, keep, here
 
+    def _places_always(self, node: dict, key: str, value) -> bool:
+        """Whether `node`'s keyword `key` puts its schemas at places the document alone fixes
+        (whatever else it holds)."""
+        if key in ("properties", "allOf", "items", "prefixItems"):
+            return True
+        if key == "additionalProperties":
+            return "patternProperties" not in node
+        if key == "additionalItems":
+            return isinstance(node.get("items"), list)
+        if key in ("anyOf", "oneOf"):
+            return self._by_type(value) is not None or self._by_const(node, key) is not None
+        return False
+
     def _target(self, ref: str):
         try:
             target = resolve_ref(self._root, ref)[0]
-        except Exception:  # noqa: BLE001 - the builder reports a bad reference itself
+        except GrammarError:  # the builder reports a bad reference itself
             return None
         return target if isinstance(target, dict | list) else None
 
@@ -202,7 +204,7 @@ class UniquePlan:
             return False  # one item is always unique: the automaton needs no help
         try:
             prefix, items = array_parts(node, "")
-        except Exception:  # noqa: BLE001 - malformed: the builder reports it
+        except GrammarError:  # malformed: the builder reports it
             return False
         if prefix:
             return False
@@ -237,6 +239,8 @@ class UniquePlan:
 
     def place(self, schemas: list):
         """The Place of `schemas` (None where no tracked array can be below)."""
+        if not schemas:
+            return None
         expanded = self._expanded(schemas)
         if not any(id(s) in self._relevant for s in expanded):
             return None
@@ -320,35 +324,41 @@ class Place:
         return hit
 
     def key(self, name: str):
+        """The place of the value under key `name`."""
         hit = self._keys.get(name, False)
-        if hit is not False:
-            return hit
-        below = []
-        for s in self.schemas:
-            props = s.get("properties")
-            if isinstance(props, dict) and name in props:
-                below.append(props[name])
-            elif "patternProperties" not in s and isinstance(s.get("additionalProperties"), dict):
-                below.append(s["additionalProperties"])
-        out = self.plan.place(below) if below else None
-        if len(self._keys) < _MAX_PLACE_KEYS:
-            self._keys[name] = out
-        return out
+        if hit is False:
+            below = []
+            for s in self.schemas:
+                props = s.get("properties")
+                if isinstance(props, dict) and name in props:
+                    below.append(props[name])
+                elif "patternProperties" not in s and isinstance(
+                    s.get("additionalProperties"), dict
+                ):
+                    below.append(s["additionalProperties"])
+            hit = _kept(self._keys, name, self.plan.place(below))
+        return hit
 
     def item(self, index: int):
+        """The place of the item at `index`."""
         hit = self._items.get(index, False)
-        if hit is not False:
-            return hit
-        below = []
-        for s in self.schemas:
-            try:
-                prefix, rest = array_parts(s, "")
-            except Exception:  # noqa: BLE001 - malformed: the builder reported it
-                continue
-            sub = prefix[index] if index < len(prefix) else rest
-            if isinstance(sub, dict):
-                below.append(sub)
-        out = self.plan.place(below) if below else None
-        if index < _MAX_PLACE_KEYS:
-            self._items[index] = out
-        return out
+        if hit is False:
+            below = []
+            for s in self.schemas:
+                try:
+                    prefix, rest = array_parts(s, "")
+                except GrammarError:  # malformed: the builder reported it
+                    continue
+                sub = prefix[index] if index < len(prefix) else rest
+                if isinstance(sub, dict):
+                    below.append(sub)
+            hit = _kept(self._items, index, self.plan.place(below))
+        return hit
+
+
+def _kept(memo: dict, at, place):
+    """`place`, kept in `memo` under `at` while the memo is small (keys of additionalProperties
+    and item indices are the document's to choose)."""
+    if len(memo) < _MAX_PLACE_KEYS:
+        memo[at] = place
+    return place
