@@ -93,7 +93,7 @@ def counter_dfa(char: EagerDFA, lo: int, hi: int | None) -> EagerDFA:
         n_states = (top + 1) * k
     accept = np.zeros(n_states, np.bool_)
     accept[np.arange(lo, top + 1) * k] = True
-    return ArrayDFA(
+    out = ArrayDFA(
         np.concatenate(all_src),
         np.concatenate(all_ids),
         np.concatenate(all_tgt),
@@ -101,6 +101,8 @@ def counter_dfa(char: EagerDFA, lo: int, hi: int | None) -> EagerDFA:
         accept,
         0,
     )
+    out.counter = (k, lo, hi)  # the numbering counter_masks reads
+    return out
 
 
 class LazyDFA(EagerDFA):

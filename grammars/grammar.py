@@ -21,6 +21,7 @@ from array import array
 import numpy as np
 
 from grammars import (
+    counter_masks,
     fastcall,
     horizon,
     lazydfa,
@@ -76,6 +77,7 @@ class Machine:
                 raise GrammarError(f"reference to undefined rule {name!r}")
         self.names = names
         self.root = self.rule_index[root]
+        self.counter_regions = counter_masks.counter_regions(nfa.copies)
         graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
         del nfa  # the arrays hold everything from here on
         self.arrays = nfa_passes.frozen(graph, names, self.root, starts, finals)
@@ -220,6 +222,8 @@ class CompiledGrammar:
         self._walk_bytes = 0  # held by _walks (packed tokens and candidate ids)
         self._shared_checks = horizon.SharedChecks(machine, vocab.max_len)  # no cycle: freed
         # with the grammar as soon as the last reference goes
+        regions = machine.counter_regions
+        self._counted = counter_masks.CounterMasks(regions, vocab.max_len) if len(regions) else None
         root = machine.rule_start[machine.root]
         with self._lock:
             self.initial = self._single(self._call(pda.stack_of, root, -1))
@@ -314,7 +318,26 @@ class CompiledGrammar:
                 if words is None:
                     if len(self._masks) >= self._mask_cap:  # bound memory on long-lived grammars
                         self._masks.clear()
-                    words = self._masks[ss] = self._compute_mask(ss)
+                        if self._counted is not None:
+                            self._counted.clear()
+                    words = self._masks[ss] = self._counted_mask(ss)
+        return words
+
+    def _counted_mask(self, ss: int) -> np.ndarray:
+        """The mask of ss, shared with the sets that only differ in positions of length counters
+        that no token tells apart (counter_masks)."""
+        counted = self._counted
+        if counted is None:
+            return self._compute_mask(ss)
+        members, complete = self.closure(ss)
+        key = counted.key(self, members, complete)
+        words = counted.masks.get(key) if key is not None else None
+        if words is None:
+            words = self._compute_mask(ss)
+            if key is not None:
+                counted.masks[key] = words
+        else:
+            counted.shared += 1
         return words
 
     def _compute_mask(self, ss: int) -> np.ndarray:

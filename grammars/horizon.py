@@ -12,7 +12,7 @@ checks are shared only below states that push such a long rule, and elsewhere ru
 skipping the tokens another stack of the mask already allowed.
 
 That is what makes strings of thousands of characters cheap (json_schema/counted.py counts them
-in pushed blocks of 128): at every position of every block the stack below differs (the number
+in pushed blocks of 256): at every position of every block the stack below differs (the number
 of blocks so far), but those stacks read tokens alike, so the tokens crossing a block's end are
 checked once per position of a block, not once per position of the string.
 """

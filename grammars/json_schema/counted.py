@@ -102,8 +102,11 @@ _MAX_UNROLLED = 10_000  # the longest count laid out as one counter
 # Strings with a bound of _LONG characters or more are counted in blocks of _BLOCK characters,
 # by a rule shared by all strings of the same bounds: a counter takes ~39 states per count at
 # every use. A pop and a push at each block's end make the masks there slower (the tokens
-# crossing it are checked one by one), so shorter bounds keep the counter.
-_BLOCK = 128
+# crossing it are checked one by one), so shorter bounds keep the counter. A block longer than
+# twice the longest token (Llama-3's: 128 bytes) leaves positions in its first half that no
+# token tells apart, which share one mask (grammars/counter_masks.py); with blocks of 128 every
+# position of a block was a mask of its own with that vocabulary.
+_BLOCK = 256
 _LONG = 1024
 
 

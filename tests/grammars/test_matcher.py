@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grammars import GrammarError
+from grammars.json_schema.counted import _BLOCK
 from tests.grammars.conftest import assert_mask_is_exact
 
 CALC = r"""
@@ -404,11 +405,16 @@ def test_masks_on_length_counters_shorter_than_tokens(compiler, schema, prefixes
         # candidates that leave it are checked from the frame below (pda.check_pops)
         (
             {"type": "object", "properties": {"k": {"type": "string", "maxLength": 2000}}},
-            ['{"k": "', '{"k": "' + "w" * 126, '{"k": "' + "é" * 127, '{"k": "' + "w" * 130],
+            [
+                '{"k": "',
+                '{"k": "' + "w" * (_BLOCK - 2),
+                '{"k": "' + "é" * (_BLOCK - 1),
+                '{"k": "' + "w" * (_BLOCK + 2),
+            ],
         ),
         (
             {"type": "array", "items": {"type": "string", "maxLength": 1500}, "maxItems": 3},
-            ['["a", "', '["a", "' + "ö" * 40, '["' + "x" * 127],
+            ['["a", "', '["a", "' + "ö" * 40, '["' + "x" * (_BLOCK - 1)],
         ),
     ],
 )

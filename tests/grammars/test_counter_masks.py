@@ -1,0 +1,132 @@
+"""Masks shared between positions of a length counter (grammars/counter_masks.py): every shared
+mask is the mask computed for its own state, near the bounds and far from them, for strings
+counted whole and in blocks, for counted pattern classes and for strings in arrays."""
+
+import json
+
+import numpy as np
+import pytest
+
+from grammars import GrammarCompiler
+from grammars.json_schema import counted
+from grammars.tokenizer_info import TokenizerInfo
+from tests.grammars.conftest import assert_mask_is_exact
+
+# every byte, and a few longer tokens: the longest (6 bytes) is the horizon
+_TOKENS = [bytes([b]) for b in range(256)] + [
+    b"aa",
+    b"aaa",
+    b"aaaaaa",  # as many characters as bytes: the horizon is exact
+    b'a"',
+    b'"}',
+    b'",',
+    b"\\n",
+    b"\\u00e9",
+    "é".encode(),
+    "aé".encode(),
+    b"</s>",
+]
+_EOS = len(_TOKENS) - 1
+
+
+@pytest.fixture(scope="module")
+def small():
+    info = TokenizerInfo(tuple(_TOKENS), frozenset({_EOS}), frozenset({_EOS}), "byte_level")
+    return GrammarCompiler(info)
+
+
+def _feed(grammar, token_ids):
+    """The states after each prefix of `token_ids` (the empty one first)."""
+    m = grammar.matcher()
+    states = [m.state]
+    for t in token_ids:
+        assert m.accept_token(t), t
+        states.append(m.state)
+    return states
+
+
+def _ids(data: bytes) -> list[int]:
+    return list(data)  # byte tokens only
+
+
+@pytest.mark.parametrize("lo, hi", [(4, 30), (0, 12), (9, None), (0, 7)])
+def test_masks_exact_at_every_count_with_a_small_horizon(small, lo, hi):
+    schema = {"type": "string", "minLength": lo}
+    if hi is not None:
+        schema["maxLength"] = hi
+    grammar = small.compile_json_schema(schema)
+    assert small.vocab.max_len == 6
+    n = hi if hi is not None else lo + 20
+    states = _feed(grammar, _ids(b'"' + b"a" * n))
+    for i, state in enumerate(states):
+        assert_mask_is_exact(grammar, state, i)
+    # counts alike for tokens of at most 6 bytes: past lo or as far short of it (beyond 6: all
+    # alike), as near hi (beyond 6: all alike); counts past lo without hi are one state
+    counts = {min(c, lo) if hi is None else c for c in range(n + 1)}
+    far = 1 << 30
+    kinds = {
+        (
+            0 if c >= lo else c - lo if lo - c <= 6 else -far,
+            hi - c if hi is not None and hi - c <= 6 else far,
+        )
+        for c in counts
+    }
+    assert grammar._counted.shared == len(counts) - len(kinds), (lo, hi)
+
+
+def test_escapes_and_multibyte_characters_mid_token(small):
+    """Counts read inside a character (an escape, UTF-8 bytes) keep their state within it."""
+    grammar = small.compile_json_schema({"type": "string", "maxLength": 40})
+    text = json.dumps("aé\n" * 6 + "é" * 4, ensure_ascii=False)[:-1].encode()
+    ids = []
+    for ch in text.decode():  # one token per character, multi-byte ones split in bytes
+        ids += list(ch.encode())
+    for state in _feed(grammar, ids):
+        assert_mask_is_exact(grammar, state)
+    assert grammar._counted.shared
+
+
+def _check_along(grammar, tok, text: str) -> None:
+    """The mask of every state along `text`, shared or not, is the mask computed for it alone."""
+    m = grammar.matcher()
+    for t in tok.encode(text, add_special_tokens=False):
+        words = grammar.mask(m.state)
+        alone = grammar._compute_mask(m.state)
+        assert np.array_equal(words, alone), text[:40]
+        assert m.accept_token(t)
+
+
+_DOC = 'Zoë said "hi"\n\tthen 日本語 🙂 and \\ more: ' * 20
+
+
+@pytest.mark.parametrize(
+    "schema, text",
+    [
+        ({"type": "string", "minLength": 100, "maxLength": 300}, json.dumps(_DOC[:290])),
+        (
+            {"type": "string", "minLength": 100, "maxLength": 300},
+            json.dumps(_DOC[:290], ensure_ascii=True),  # escapes, surrogate pairs
+        ),
+        (  # counted in blocks
+            {"type": "object", "properties": {"s": {"type": "string", "maxLength": 5000}}},
+            json.dumps({"s": _DOC[: 2 * counted._BLOCK + 40]}),
+        ),
+        (  # a pattern's class counted in blocks
+            {"type": "string", "pattern": "^[a-z ]*$", "maxLength": 3000},
+            json.dumps("lorem ipsum dolor sit amet " * 22),
+        ),
+        (  # one counter read again by every item
+            {"type": "array", "items": {"type": "string", "maxLength": 200}},
+            json.dumps([_DOC[:150], _DOC[10:170], "x"]),
+        ),
+    ],
+)
+def test_shared_masks_are_the_masks_of_their_states(compiler, smollm2_tokenizer, schema, text):
+    grammar = compiler.compile_json_schema(schema)
+    _check_along(grammar, smollm2_tokenizer, text)
+    assert grammar._counted.shared  # masks were shared
+
+
+def test_no_sharing_without_counters(compiler):
+    grammar = compiler.compile_json_schema({"type": "object", "properties": {"a": {}}})
+    assert grammar._counted is None
