@@ -117,21 +117,27 @@ def is_long(lo: int, hi: int | None) -> bool:
 
 def _long_chars(lo: int, hi: int | None, rules: dict, char: tuple | None = None) -> tuple:
     """The inside of a string of lo..hi characters when a bound is long: blocks of exactly
-    _BLOCK characters (one rule, "chars_block", matched by pushing a frame) counted by a rule
+    _BLOCK characters (one rule, "chars_run_B_B", matched by pushing a frame) counted by a rule
     of its own per (lo, hi), then a tail of fewer than _BLOCK characters. A counter of n
     characters takes one copy of the character automaton (39 states) per count; this takes
     one per count of blocks, with no copy of the characters. The split of a length into
     blocks and a tail is unique, so a matcher follows at most a few frames at once. With
-    `char` (a name, and the DFA of one character of a class), only characters of that class."""
+    `char` (a name, and the DFA of one character of a class), only characters of that class.
+    Each counter (the block, each tail) is a rule of its own, matched by pushing a frame: a
+    grammar holds each once however many long strings use it (a counter of 255 characters
+    takes ~10,000 NFA states, and freezing the NFA costs in proportion)."""
     key, char_dfa = char or ("", None)
     name = f"chars{key}_{lo}_{'inf' if hi is None else hi}"
 
-    def counted(a: int, b: int | None) -> tuple:
-        return ("dfa", _length_dfa(a, b) if char_dfa is None else counter_dfa(char_dfa, a, b))
+    def counted(a: int, b: int) -> tuple:
+        run = f"chars{key}_run_{a}_{b}"
+        if run not in rules:
+            dfa = _length_dfa(a, b) if char_dfa is None else counter_dfa(char_dfa, a, b)
+            rules[run] = ("dfa", dfa)
+        return ("nt", run)
 
     if name not in rules:
-        rules.setdefault(f"chars{key}_block", counted(_BLOCK, _BLOCK))
-        block = ("nt", f"chars{key}_block")
+        block = counted(_BLOCK, _BLOCK)
         skip = lo // _BLOCK  # blocks every string of lo.. characters starts with
         low = lo - skip * _BLOCK  # < _BLOCK
         high = None if hi is None else hi - skip * _BLOCK
@@ -145,7 +151,8 @@ def _long_chars(lo: int, hi: int | None, rules: dict, char: tuple | None = None)
             parts = [counted(low, last)]  # no more blocks
             if full >= 2:  # 1 .. full - 1 blocks, then any tail
                 parts.append(cat(rep(block, 1, full - 1), counted(0, last)))
-            parts.append(cat(rep(block, full, full), counted(0, high % _BLOCK)))
+            tail = high % _BLOCK
+            parts.append(cat(rep(block, full, full), *([counted(0, tail)] if tail else [])))
             rest = alt(*parts)
         rules[name] = cat(rep(block, skip, skip), rest)
     return ("nt", name)
