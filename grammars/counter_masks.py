@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from grammars import fastcall
+from grammars.lazydfa import njit
+
 FAR = 1 << 30  # a distance to a bound beyond the horizon
 _MAX_KEYS = 1 << 16  # descriptions kept, then the memo starts over
 
@@ -47,10 +50,13 @@ class CounterMasks:
         self.bases = regions[:, 0].copy()
         self.horizon = horizon
         self.frames: dict[int, int | tuple] = {}  # DFA state -> its description
-        self.stacks: dict[int, tuple[int, bool]] = {}  # stack -> (number, holds a counter)
+        # stack -> its description: the stack itself (>= 0) where no frame of it holds a
+        # counter state, else -1 - the number of its (frame, description below)
+        self.stacks: dict[int, int] = {}
         self.stack_ids: dict[tuple, int] = {}
         self.masks: dict[tuple, np.ndarray] = {}
         self.shared = 0  # masks taken from another set of stacks
+        self.out = np.empty((64, 5), np.int64)  # _classified's rows (more members: not shared)
 
     def clear(self) -> None:
         self.masks.clear()
@@ -62,39 +68,69 @@ class CounterMasks:
             self.stacks.clear()
             self.stack_ids.clear()
             self.masks.clear()
-        described = [self._stack(grammar, sid) for sid in members]
-        if not any(counted for _, counted in described):
+        stacks = self.stacks
+        described = [stacks.get(sid) for sid in members]
+        if None in described:
+            described = [self._stack(grammar, sid) for sid in members]
+        if min(described) >= 0:  # the set's own stacks: nothing to share
             return None
-        return (complete, *sorted(number for number, _ in described))
+        return (complete, *sorted(described))
 
-    def _stack(self, grammar, sid: int) -> tuple[int, bool]:
+    def _stack(self, grammar, sid: int) -> int:
         hit = self.stacks.get(sid)
         if hit is None:
             g, parent = grammar._frame(sid)
-            below, counted = self._stack(grammar, parent) if parent >= 0 else (-1, False)
+            below = self._stack(grammar, parent) if parent >= 0 else None
             frame = self._frame(grammar.machine.dfa, g)
-            counted = counted or isinstance(frame, tuple)
-            number = self.stack_ids.setdefault((frame, below), len(self.stack_ids))
-            hit = self.stacks[sid] = (number, counted)
+            if (below is None or below >= 0) and not isinstance(frame, tuple):
+                hit = sid
+            else:
+                hit = -1 - self.stack_ids.setdefault((frame, below), len(self.stack_ids))
+            self.stacks[sid] = hit
         return hit
 
     def _frame(self, dfa, g: int) -> int | tuple:
         hit = self.frames.get(g)
         if hit is None:
-            members = dfa.mem[dfa.m_ptr[g] : dfa.m_ptr[g + 1]]
-            region = np.searchsorted(self.bases, members, "right") - 1
-            rows = self.regions[np.maximum(region, 0)]
-            inside = (region >= 0) & (members < rows[:, 0] + rows[:, 1])
-            if not inside.any():
+            out = self.out
+            n = fastcall.call(
+                _classified, dfa.mem, dfa.m_ptr, g, self.regions, self.bases, self.horizon, out
+            )
+            if n <= 0:  # no counter state (or too many to describe: not shared)
                 hit = g
             else:
-                rows, local = rows[inside], members[inside] - rows[inside, 0]
-                k, lo, hi = rows[:, 2], rows[:, 3], rows[:, 4]
-                count, state = local // k, local % k
-                h = self.horizon
-                low = np.where(count >= lo, 0, np.where(lo - count <= h, count - lo, -FAR))
-                high = np.where((hi >= 0) & (hi - count <= h), hi - count, FAR)
-                counted = zip(region[inside].tolist(), state.tolist(), low.tolist(), high.tolist())
-                hit = (tuple(members[~inside].tolist()), tuple(sorted(counted)))
+                rows = out[:n].tolist()
+                inside = {row[0] for row in rows}
+                members = dfa.mem[dfa.m_ptr[g] : dfa.m_ptr[g + 1]].tolist()
+                plain = tuple(x for i, x in enumerate(members) if i not in inside)
+                hit = (plain, tuple(sorted(tuple(row[1:]) for row in rows)))
             self.frames[g] = hit
         return hit
+
+
+@njit(cache=True, nogil=True)
+def _classified(mem, m_ptr, g, regions, bases, horizon, out):
+    """The members of DFA state g inside a counter's copy (regions: counter_regions, whose
+    first column is `bases`) as rows of out: (index among g's members, region, state within a
+    count, distance class to the lower bound, to the upper one); returns their number, or -1
+    when out is too small."""
+    n = 0
+    for i in range(m_ptr[g], m_ptr[g + 1]):
+        x = mem[i]
+        r = np.searchsorted(bases, x, "right") - 1
+        if r < 0 or x >= regions[r, 0] + regions[r, 1]:
+            continue
+        local = x - regions[r, 0]
+        k, lo, hi = regions[r, 2], regions[r, 3], regions[r, 4]
+        count = local // k
+        low = 0 if count >= lo else (count - lo if lo - count <= horizon else -FAR)
+        high = hi - count if hi >= 0 and hi - count <= horizon else FAR
+        if n == out.shape[0]:
+            return -1
+        out[n, 0] = i - m_ptr[g]
+        out[n, 1] = r
+        out[n, 2] = local % k
+        out[n, 3] = low
+        out[n, 4] = high
+        n += 1
+    return n
