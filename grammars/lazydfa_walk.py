@@ -82,7 +82,12 @@ def walk(
     `chars` states take a multi-byte character a step (a counter of characters,
     lazydfa_chain.chain_info), so are the tokens of such characters that fit: they are not
     walked. `chain`: the hub's chain as lazydfa_chain.chain_info left it (chain[0] = 0: not
-    made yet), extended here; `chain_memo`: lazydfa.extend_chain's."""
+    made yet), extended here; `chain_memo`: lazydfa.extend_chain's.
+
+    A row of a first byte that does not lead to a loop's hub but reaches the hub later (the
+    first letter of a named key, then any key) opens a subtree of rows sharing that prefix:
+    those that never leave the loop's bytes are alive without a walk (of the 128k Llama-3
+    tokens at an object's key, ~13,000 start with a named key's letter and were walked)."""
     ids, data, ptr, lcp, group, ends_at = trie
     exits, full, exit_rows, exit_lcp, exit_group, in_chain, suffix_of, suffixes = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
@@ -147,11 +152,19 @@ def walk(
             lo, hi = exit_group[first], exit_group[first + 1]
         else:
             lo, hi = group[first], group[first + 1]
+        # rows before hub_end share the first hub_depth bytes of a walked row, which led to
+        # the hub of a loop: those that never leave its bytes are alive, without a walk
+        hub_end, hub_depth = -1, 0
         k = lo - 1
         while k + 1 < hi:
             k += 1
             j = exit_rows[k] if covered else k
             shared = exit_lcp[k] if covered else lcp[j]
+            if k < hub_end and full[ids[j]]:
+                allowed[ids[j]] = True
+                known = min(known, hub_depth)
+                dead_at = -1
+                continue
             known = min(known, shared)
             if dead_at >= 0 and shared > dead_at:
                 if dead_viable:
@@ -191,6 +204,8 @@ def walk(
                 i += 1
                 states[i] = s
                 passed[i] = v
+                if loop and s == hub and not covered and lcp[j] < i and k >= hub_end:
+                    hub_end, hub_depth = ends_at[base + i - 1], i  # a node row j opened
             known = i
             if s != 0:
                 allowed[ids[j]] = True

@@ -460,3 +460,42 @@ def test_chain_steps_of_every_token_with_one_layout_kept(compiler, monkeypatch):
     lengths = [len(vocab.token_bytes[i]) for i in vocab.trie.ids[long_rows].tolist()]
     assert lengths and min(lengths) > 3
     assert len(long_rows) == sum(1 for s in steps.tolist() if s > 3)
+
+
+_NAMED = {
+    "type": "object",
+    "properties": {n: {"type": ["integer", "string"]} for n in ("alpha", "beta", "in", "on")},
+}
+# a string loop most first bytes lead to, and "a" elsewhere: "ab" on to the loop, "ac" dead
+_SPLIT = {"type": "string", "pattern": "^(([b-q]|ab)[a-z]*|a[0-9]+)$"}
+
+
+@pytest.mark.parametrize(
+    "schema, prefix",
+    [
+        (_NAMED, '{"'),
+        (_NAMED, '{"alpha": 1, "'),
+        (_NAMED, '{"alpha": 1, "beta": "x", "'),
+        (_SPLIT, '"'),
+    ],
+)
+def test_masks_at_keys_beside_extra_properties(schema, prefix):
+    """Keys of an object that takes extra properties: most first bytes lead to the loop of any
+    key, a named key's first byte elsewhere; rows of those that reach the loop later and never
+    leave its bytes are allowed without a walk (lazydfa_walk.walk's hub_end), the others (a
+    control character, a bad escape, a key closed and followed by a wrong byte) walked. The
+    same in a pattern's string, where rows of bytes of the loop die off it."""
+    from grammars import GrammarCompiler
+    from grammars.tokenizer_info import TokenizerInfo
+
+    # "a" starts a named key, "ax" none: the loop of any key from the second byte on
+    words = [b"ax", b"axe", b"axes", b"ax\\n", b"ax\\q", b"ax\n", b"ax\t", b"axe\n"]
+    words += [b'ax":', b'ax",', b'ax" :', b"ax\xff", b"ax\xc3\xa9", b"ax\xc3", b"ax\\"]
+    words += [b"ab", b"abz", b"ac", b"acd", b"a1", b"a12", b"abz\n", b'ab"', b"a1a", b"abzz"]
+    tokens = [bytes([b]) for b in range(256)] + words + [b"</s>"]
+    eos = len(tokens) - 1
+    info = TokenizerInfo(tuple(tokens), frozenset({eos}), frozenset({eos}), "byte_level")
+    grammar = GrammarCompiler(info).compile_json_schema(schema)
+    m = grammar.matcher()
+    assert m.accept_string(prefix)
+    assert_mask_is_exact(grammar, m.state, prefix)
