@@ -31,6 +31,7 @@ ALL_BYTES = (1 << 256) - 1
 EMPTY = ("cat", ())
 NOTHING = ("alt", ())
 MAX_NFA_STATES = 400_000
+_MIN_REP_COPIES = 8  # bounded repetitions whose copies counter_masks may describe alike
 _HASHED_ALT = 64  # alternations longer than this drop duplicates by hashing, not by comparing
 _BYTE_NODES = tuple(("b", 1 << x) for x in range(256))  # one node per byte, shared
 
@@ -124,6 +125,9 @@ class NFA:
         self.nts: list = []  # state, rule name, state to return to
         # embedded DFAs kept whole, (first state, from, to, dfa): turned into arrays at once
         self.copies: list[tuple[int, int, int, EagerDFA]] = []
+        # bounded repetitions laid out as equal blocks, one per optional copy: (first state,
+        # states per copy, copies, the repeated node), for grammars.counter_masks
+        self.reps: list[tuple[int, int, int, tuple]] = []
         # ("frag", node) wrappers built so far, by id, and their later uses (grammars.fragments)
         self.fragments: dict[int, tuple] = {}
         self.frag_uses: list[tuple] = []
@@ -229,13 +233,18 @@ class NFA:
                     self.build(child, a, a + 1)
                 eps += (cur, a, a + 1, a, a + 1, e, cur, e)
             else:
+                first, stride, alike = self.size, 0, True
                 for _ in range(hi - lo):
                     nxt = self.reserve(2)
                     eps += (cur, nxt + 1)
                     self.build(child, nxt + 1, nxt)
                     eps += (cur, e)
+                    stride = stride or self.size - nxt
+                    alike = alike and self.size - nxt == stride
                     cur = nxt
                 eps += (cur, e)
+                if hi - lo >= _MIN_REP_COPIES and alike:  # copies of one layout
+                    self.reps.append((first, stride, hi - lo, child))
         elif kind == "members":
             build_members(self, node, s, e)
         elif kind == "nt":

@@ -14,6 +14,12 @@ stacks whose closures are described alike have the same mask, computed once.
 
 The state numbering of counter_dfa is what this reads (count * k + state within the count;
 after the last count, only its first state), recorded on the DFA as `counter = (k, lo, hi)`.
+
+A bounded repetition (automaton.NFA.reps: maxItems over items, `{m,n}` in a pattern) is the
+same kind of counter: its optional copies are blocks of one layout, one after the other, and
+a token of `horizon` bytes reads at most horizon // (the fewest bytes a copy reads) of them,
+so copies that many or more from the last are alike (the items of an array are a rule pushed
+from each copy: the stacks of items far from maxItems then read every token alike).
 """
 
 from __future__ import annotations
@@ -27,17 +33,72 @@ FAR = 1 << 30  # a distance to a bound beyond the horizon
 _MAX_KEYS = 1 << 16  # descriptions kept, then the memo starts over
 
 
-def counter_regions(copies) -> np.ndarray:
-    """Rows (first NFA state, states, k, lo, hi or -1) of the NFA's copies (automaton.NFA
-    .copies: first state, from, to, DFA) of counter DFAs, sorted by first state."""
+def counter_regions(copies, reps=(), rules=None) -> np.ndarray:
+    """Rows (first NFA state, states, states per count, lo, hi, least bytes per count, the
+    row of the region around it or -1), sorted by first state, of the NFA's copies
+    (automaton.NFA.copies: first state, from, to, DFA) of counter DFAs, and of its bounded
+    repetitions (NFA.reps: first state, states per copy, copies, the repeated node), whose
+    copies count from 0 to their number with no lower bound (they are the optional ones);
+    a repetition of a node that may read nothing is left out."""
     rows = []
     for base, _, _, dfa in copies:
         shape = getattr(dfa, "counter", None)
         if shape is not None:
             k, lo, hi = shape
-            rows.append((base, dfa.n_states, k, lo, -1 if hi is None else hi))
-    rows.sort()
-    return np.array(rows, np.int64).reshape(-1, 5)
+            rows.append((base, dfa.n_states, k, lo, -1 if hi is None else hi, 1))
+    lengths = _MinLengths(rules or {})
+    for base, stride, n, child in reps:
+        least = lengths.of(child)
+        if least > 0:
+            rows.append((base, stride * n, stride, 0, n, least))
+    rows.sort(key=lambda row: (row[0], -row[1]))  # a region before those inside it
+    out, open_rows = [], []
+    for row in rows:
+        while open_rows and out[open_rows[-1]][0] + out[open_rows[-1]][1] <= row[0]:
+            open_rows.pop()
+        out.append((*row, open_rows[-1] if open_rows else -1))
+        open_rows.append(len(out) - 1)
+    return np.array(out, np.int64).reshape(-1, 7)
+
+
+class _MinLengths:
+    """The fewest bytes an expression can read (a lower bound: rule references inside
+    themselves, LazyDFAs and the inside of objects count 0, as does what lies past a budget
+    of nodes)."""
+
+    _BUDGET = 5000
+
+    def __init__(self, rules: dict):
+        self.rules = rules
+        self.memo: dict[str, int] = {}
+        self.left = self._BUDGET
+
+    def of(self, node) -> int:
+        self.left -= 1
+        if self.left < 0:
+            return 0
+        kind = node[0]
+        if kind == "b":
+            return 1
+        if kind == "cat":
+            return sum(self.of(c) for c in node[1])
+        if kind == "alt":
+            return min((self.of(c) for c in node[1]), default=0)
+        if kind == "rep":
+            return node[2] * self.of(node[1]) if node[2] else 0
+        if kind == "frag":
+            return self.of(node[1])
+        if kind == "dfa":
+            shape = getattr(node[1], "counter", None)
+            return shape[1] if shape is not None else 0
+        if kind == "nt":
+            name = node[1]
+            if name not in self.memo:
+                self.memo[name] = 0  # inside itself
+                body = self.rules.get(name)
+                self.memo[name] = self.of(body) if body is not None else 0
+            return self.memo[name]
+        return 0  # members: at least nothing
 
 
 class CounterMasks:
@@ -118,13 +179,16 @@ def _classified(mem, m_ptr, g, regions, bases, horizon, out):
     for i in range(m_ptr[g], m_ptr[g + 1]):
         x = mem[i]
         r = np.searchsorted(bases, x, "right") - 1
-        if r < 0 or x >= regions[r, 0] + regions[r, 1]:
+        while r >= 0 and x >= regions[r, 0] + regions[r, 1]:  # past it: the region around
+            r = regions[r, 6]
+        if r < 0:
             continue
         local = x - regions[r, 0]
         k, lo, hi = regions[r, 2], regions[r, 3], regions[r, 4]
+        h = horizon // regions[r, 5]  # the counts a token of `horizon` bytes can read
         count = local // k
-        low = 0 if count >= lo else (count - lo if lo - count <= horizon else -FAR)
-        high = hi - count if hi >= 0 and hi - count <= horizon else FAR
+        low = 0 if count >= lo else (count - lo if lo - count <= h else -FAR)
+        high = hi - count if hi >= 0 and hi - count <= h else FAR
         if n == out.shape[0]:
             return -1
         out[n, 0] = i - m_ptr[g]

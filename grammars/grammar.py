@@ -77,7 +77,7 @@ class Machine:
                 raise GrammarError(f"reference to undefined rule {name!r}")
         self.names = names
         self.root = self.rule_index[root]
-        self.counter_regions = counter_masks.counter_regions(nfa.copies)
+        self.counter_regions = counter_masks.counter_regions(nfa.copies, nfa.reps, rules)
         graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
         del nfa  # the arrays hold everything from here on
         self.arrays = nfa_passes.frozen(graph, names, self.root, starts, finals)

@@ -1,6 +1,7 @@
-"""Masks shared between positions of a length counter (grammars/counter_masks.py): every shared
-mask is the mask computed for its own state, near the bounds and far from them, for strings
-counted whole and in blocks, for counted pattern classes and for strings in arrays."""
+"""Masks shared between positions of a length counter or copies of a bounded repetition
+(grammars/counter_masks.py): every shared mask is the mask computed for its own state, near
+the bounds and far from them, for strings counted whole and in blocks, for counted pattern
+classes, strings in arrays, items of arrays with maxItems and repetitions in patterns."""
 
 import json
 
@@ -130,3 +131,59 @@ def test_shared_masks_are_the_masks_of_their_states(compiler, smollm2_tokenizer,
 def test_no_sharing_without_counters(compiler):
     grammar = compiler.compile_json_schema({"type": "object", "properties": {"a": {}}})
     assert grammar._counted is None
+
+
+@pytest.mark.parametrize(
+    "spec, text",
+    [
+        ({"type": "array", "items": {"type": "integer"}, "maxItems": 20}, "[" + "1," * 19 + "1]"),
+        (
+            {"type": "array", "items": {"enum": ["ab", "c"]}, "minItems": 2, "maxItems": 24},
+            json.dumps(["ab", "c"] * 12, separators=(",", ":")),
+        ),
+        ("regex", "(ab|c){0,30}d"),
+    ],
+)
+def test_repetitions_exact_at_every_copy_with_a_small_horizon(small, spec, text):
+    """A bounded repetition's copies are alike for tokens that cannot reach its end; masks are
+    exact at every byte, and shared between copies far from it."""
+    if spec == "regex":
+        grammar = small.compile_regex(text)
+        text = "abc" * 10 + "d"
+    else:
+        grammar = small.compile_json_schema(spec)
+    assert len(grammar.machine.counter_regions)
+    for i, state in enumerate(_feed(grammar, _ids(text.encode()))):
+        assert_mask_is_exact(grammar, state, i)
+    assert grammar._counted.shared
+
+
+def test_array_items_share_masks(compiler, smollm2_tokenizer):
+    """Items of an array of objects (each item a rule pushed from its copy of the repetition):
+    the stacks of items far from maxItems are alike."""
+    item = {
+        "type": "object",
+        "properties": {"key": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["key"],
+    }
+    schema = {"type": "array", "items": item, "maxItems": 80}
+    grammar = compiler.compile_json_schema(schema)
+    doc = json.dumps([{"key": f"k{i}", "n": i} for i in range(70)])
+    _check_along(grammar, smollm2_tokenizer, doc)
+    assert grammar._counted.shared > 100
+
+
+def test_repetition_of_what_may_be_empty_is_not_described():
+    """Copies that may read nothing are not alike for any token length: left out."""
+    from grammars.automaton import NFA, lit, opt, rep
+
+    nfa = NFA()
+    nfa.build(rep(opt(lit("a")), 0, 20), nfa.new(), nfa.new())
+    assert len(nfa.reps) == 1
+    from grammars.counter_masks import counter_regions
+
+    assert len(counter_regions([], nfa.reps)) == 0
+    nfa = NFA()
+    nfa.build(rep(lit("ab"), 0, 20), nfa.new(), nfa.new())
+    (row,) = counter_regions([], nfa.reps).tolist()
+    assert row[4:6] == [20, 2]  # copies, bytes per copy
