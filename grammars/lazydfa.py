@@ -428,16 +428,6 @@ def utf8_target(nfa, dfa, src, can_pop):
 
 
 @njit(cache=True, nogil=True)
-def utf8_closed(nfa, dfa, src, hub, can_pop):
-    """1 when every well-formed multi-byte UTF-8 character read from state src leads to state
-    hub (utf8_target); 0 when not; or NEED_SPACE."""
-    target = utf8_target(nfa, dfa, src, can_pop)
-    if target == NEED_SPACE:
-        return NEED_SPACE
-    return 1 if target == hub else 0
-
-
-@njit(cache=True, nogil=True)
 def extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, to, memo):
     """Extend chain (chain[d] = the state after d bytes of the chain mask, chain[0] = its
     length) up to `to` bytes, stopping for good where a state does not send every byte of the

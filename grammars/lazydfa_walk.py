@@ -66,7 +66,7 @@ def walk(
     `layout` is the trie's vocabulary.ChainLayout for that mask (and utf8). A
     row on the chain jumps straight to its exit; when the chain is at least `depth` long, the
     tokens that never leave it are allowed at once and only the others are walked. With utf8
-    (the chain is a loop that every multi-byte character leads back to: utf8_closed), tokens
+    (the chain is a loop that every multi-byte character leads back to: utf8_target), tokens
     that stay in the loop through such characters count as never leaving it, and with
     utf8_from_g so do those that start with such a character (it leads from g to the hub).
 
