@@ -342,14 +342,21 @@ class CompiledGrammar:
 
     def _compute_mask(self, ss: int) -> np.ndarray:
         vocab = self.vocab
-        words = self._mask_rows.new()  # bit t of word w: token 32w + t
+        # bit t of word w: token 32w + t; the first frame's walk is copied into it (a row is
+        # ~16 KB with Llama-3: zeroing it first cost a pass of its own)
+        words = self._mask_rows.new(zero=False)
+        first = True
         # every stack reachable without reading (pushed rules, popped frames) walks its own
         # frame; walks then only need to look for pushes and pops after the first byte
         for sid in self.closure(ss)[0]:
             g, parent = self._frame(sid)
             follow = None if parent < 0 else self._follow(parent)
             frame, candidates = self._walk_frame(g, follow)
-            words |= frame
+            if first:
+                words[:] = frame
+                first = False
+            else:
+                words |= frame
             if not len(candidates):
                 continue
             shared = self._shared_checks
@@ -361,6 +368,8 @@ class CompiledGrammar:
                     found, candidates = self._checked_by_pops(g, parent, follow, candidates)
                     _set_bits(words, found)
                 _set_bits(words, self._checked(sid, candidates))
+        if first:  # no stack: nothing allowed
+            words.fill(0)
         if self.is_complete(ss):
             _set_bits(words, vocab.eos_ids)
         return words.view("<i4")
@@ -419,7 +428,7 @@ class CompiledGrammar:
         hit = self._walks.get(key)
         if hit is None:
             allowed, candidates = self.machine.walk(g, follow, self.vocab)
-            hit = (self._walk_rows.new(), candidates)
+            hit = (self._walk_rows.new(zero=False), candidates)  # overwritten whole
             hit[0][:] = allowed
             size = hit[0].nbytes + hit[1].nbytes
             if self._walk_bytes + size > _WALK_CACHE_BYTES:
@@ -480,7 +489,8 @@ class _RowBlocks:
         self.width = width
         self.rest = None  # the rows not handed out yet (None before the first block)
 
-    def new(self) -> np.ndarray:
+    def new(self, zero: bool = True) -> np.ndarray:
+        """A row; with zero=False uninitialised, for a caller that writes all of it."""
         if self.rest is None or not len(self.rest):
             rows = _FIRST_ROWS if self.rest is None else _ROW_BLOCK
             # uninitialised, each row zeroed when handed out: a block from the heap (freed
@@ -488,7 +498,8 @@ class _RowBlocks:
             # every row of it at once, most of them never used
             self.rest = np.empty((rows, self.width), np.uint32)
         row = self.rest[0]
-        row.fill(0)
+        if zero:
+            row.fill(0)
         self.rest = self.rest[1:]
         return row
 
