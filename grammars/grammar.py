@@ -46,7 +46,7 @@ _MASK_CACHE_BYTES = 64 << 20
 _WALK_CACHE_BYTES = 8 << 20
 _TOKEN_STEP_CAP = 1 << 16  # memoised (state, token) steps a grammar keeps (~6 MB), then anew
 _NO_FOLLOW = np.zeros(256, np.bool_)
-_scratch = threading.local()  # buffers per thread for the tokens and candidates of walks
+_scratch = threading.local()  # a buffer per thread for the candidates of walks
 # states a token walk may add without growing the arrays: as many as the DFA has (at least
 # _MIN_WALK_ROOM, at most _WALK_ROOM), so a small grammar's arrays stay small
 _MIN_WALK_ROOM, _WALK_ROOM = 24, 128
@@ -130,11 +130,7 @@ class Machine:
         room = min(max(int(self.dfa.meta[lazydfa._STATES]), _MIN_WALK_ROOM), _WALK_ROOM)
         if not lazydfa_arrays.has_room(self.dfa, room):  # grow now rather than walk twice
             self.dfa = lazydfa_arrays.grown(self.dfa, room)
-        allowed = getattr(_scratch, "allowed", None)
-        if allowed is None or len(allowed) != vocab.size:
-            allowed = _scratch.allowed = np.zeros(vocab.size, np.bool_)
-        else:
-            allowed[:] = False
+        allowed = np.zeros(vocab.words, np.uint32)  # the walk sets the bits of tokens alive
         candidates = getattr(_scratch, "candidates", None)
         if candidates is None or len(candidates) < vocab.size:
             candidates = _scratch.candidates = np.empty(vocab.size, np.int64)
@@ -188,10 +184,7 @@ class Machine:
             chain,
             self._chain_memo,
         )
-        return (
-            vocab.pack(allowed).view(np.uint32),
-            candidates[:n_cand].copy() if n_cand else _NO_CANDIDATES,
-        )
+        return allowed, candidates[:n_cand].copy() if n_cand else _NO_CANDIDATES
 
 
 class CompiledGrammar:

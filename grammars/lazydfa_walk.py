@@ -20,6 +20,22 @@ def _copy(src, dst):
 
 
 @njit(cache=True, nogil=True)
+def _set(words, i):
+    """Set bit i of `words` (uint32, bit t of word w: token 32w + t)."""
+    words[i >> 5] |= np.uint32(1 << (i & 31))
+
+
+@njit(cache=True, nogil=True)
+def _clear(words, i):
+    words[i >> 5] &= ~np.uint32(1 << (i & 31))
+
+
+@njit(cache=True, nogil=True)
+def _has(words, i):
+    return (words[i >> 5] >> np.uint32(i & 31)) & np.uint32(1) != 0
+
+
+@njit(cache=True, nogil=True)
 def set_bits(words, tokens):
     """Set the bits of `tokens` (int64) in `words` (uint32, bit t of word w: token 32w + t):
     np.bitwise_or.at took ~10 ns a token, this loop ~1."""
@@ -70,7 +86,8 @@ def walk(
     that stay in the loop through such characters count as never leaving it, and with
     utf8_from_g so do those that start with such a character (it leads from g to the hub).
 
-    Sets allowed[id] for the tokens that end alive and writes to `candidates` those that died
+    Sets the bit of each token that ends alive in `allowed` (uint32 words, zero on entry; bit t
+    of word w: token 32w + t) and writes to `candidates` those that died
     after passing, past their first byte, a state where a push could continue them, or (with
     can_pop) a final state where the next byte is one of `follow`, the bytes the frame below
     can read; returns the number of candidates, or NEED_SPACE.
@@ -102,10 +119,11 @@ def walk(
         if extend_chain(nfa, dfa, chain, ends, in_chain, pops, depth, chain_memo) < 0:
             return NEED_SPACE
         covering = chain[0] >= depth
-        if prefix.shape[0] == allowed.shape[0]:
+        if prefix.shape[0]:
             covering = True
-            for i in range(allowed.shape[0]):
-                allowed[i] = _fits(prefix[i], limit, chars)
+            for i in range(prefix.shape[0]):
+                if _fits(prefix[i], limit, chars):
+                    _set(allowed, i)
         elif covering:
             _copy(full, allowed)
     else:
@@ -123,7 +141,7 @@ def walk(
         covered = covering and (in_chain[first] or lead)
         if covered and table[g, first] != hub and not (lead and utf8_from_g):
             for j in range(group[first], group[first + 1]):  # allowed wholesale above: undo
-                allowed[ids[j]] = False
+                _clear(allowed, ids[j])
             covered = False
         if table[g, first] == 0:
             continue
@@ -143,7 +161,7 @@ def walk(
             for k in range(exit_group[first], exit_group[first + 1]):
                 fate = fates[suffix_of[k]]
                 if fate == _ALIVE:
-                    allowed[ids[exit_rows[k]]] = True
+                    _set(allowed, ids[exit_rows[k]])
                 elif fate == _VIABLE:
                     candidates[n_cand] = ids[exit_rows[k]]
                     n_cand += 1
@@ -160,8 +178,8 @@ def walk(
             k += 1
             j = exit_rows[k] if covered else k
             shared = exit_lcp[k] if covered else lcp[j]
-            if k < hub_end and full[ids[j]]:
-                allowed[ids[j]] = True
+            if k < hub_end and _has(full, ids[j]):
+                _set(allowed, ids[j])
                 known = min(known, hub_depth)
                 dead_at = -1
                 continue
@@ -177,7 +195,7 @@ def walk(
             base = ptr[j]
             length = ptr[j + 1] - base
             if on_chain and exits[j] == length and chain[0] >= length:
-                allowed[ids[j]] = True  # all on the chain, which goes that far
+                _set(allowed, ids[j])  # all on the chain, which goes that far
                 continue
             i = known
             s = states[i]
@@ -208,7 +226,7 @@ def walk(
                     hub_end, hub_depth = ends_at[base + i - 1], i  # a node row j opened
             known = i
             if s != 0:
-                allowed[ids[j]] = True
+                _set(allowed, ids[j])
             elif v:
                 candidates[n_cand] = ids[j]
                 n_cand += 1
@@ -249,7 +267,7 @@ def _walk_past_chain(
             if s == 0:
                 break
         if s != 0:
-            allowed[ids[j]] = True
+            _set(allowed, ids[j])
         elif v:
             candidates[n_cand] = ids[j]
             n_cand += 1

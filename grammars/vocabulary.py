@@ -52,7 +52,8 @@ def make_trie(ids: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> TokenTr
 class ChainLayout(NamedTuple):
     """The trie seen from a chain of states that each send every byte of a mask to the next
     (see lazydfa_walk.walk). exits[j]: the first position after the first byte where row j leaves
-    the mask (its length if never); full[id]: the token never leaves (lazydfa.chain_stays);
+    the mask (its length if never); full: bit id set where the token never leaves (packed as
+    masks are; lazydfa.chain_stays);
     rows[k]: the rows starting with a byte of the mask (or a UTF-8 lead byte) that leave it
     later, in trie order, each sharing lcp[k] bytes with the one before, those starting with
     byte b at group[b]:group[b + 1]."""
@@ -137,6 +138,7 @@ class Vocabulary:
             starts_in, stays = self._stays(in_mask, utf8)
             full = np.zeros(self.size, np.bool_)
             full[trie.ids[starts_in & stays]] = True
+            full = self.pack(full).view(np.uint32)  # the walk's bits, copied at once
             rows = np.nonzero(starts_in & ~stays)[0]
             lcp = lazydfa.shared_prefixes(trie.data, trie.ptr, rows)
             group = np.searchsorted(trie.data[trie.ptr[rows]], np.arange(257)).astype(np.int64)
