@@ -29,7 +29,8 @@ import numpy as np
 from grammars import fastcall
 from grammars.lazydfa import njit
 
-FAR = 1 << 30  # a distance to a bound beyond the horizon
+FAR = 1 << 30
+_NO_REGIONS = np.zeros((0, 7), np.int64)  # a distance to a bound beyond the horizon
 _MAX_KEYS = 1 << 16  # descriptions kept, then the memo starts over
 
 
@@ -40,17 +41,20 @@ def counter_regions(copies, reps=(), rules=None) -> np.ndarray:
     repetitions (NFA.reps: first state, states per copy, copies, the repeated node), whose
     copies count from 0 to their number with no lower bound (they are the optional ones);
     a repetition of a node that may read nothing is left out."""
-    rows = []
-    for base, _, _, dfa in copies:
-        shape = getattr(dfa, "counter", None)
-        if shape is not None:
-            k, lo, hi = shape
-            rows.append((base, dfa.n_states, k, lo, -1 if hi is None else hi, 1))
-    lengths = _MinLengths(rules or {})
-    for base, stride, n, child in reps:
-        least = lengths.of(child)
-        if least > 0:
-            rows.append((base, stride * n, stride, 0, n, least))
+    rows = [
+        (base, dfa.n_states, *dfa.counter, 1)
+        for base, _, _, dfa in copies
+        if "counter" in dfa.__dict__  # (a LazyDFA is never a counter)
+    ]
+    rows = [(b, n, k, lo, -1 if hi is None else hi, w) for b, n, k, lo, hi, w in rows]
+    if reps:
+        lengths = _MinLengths(rules or {})
+        for base, stride, n, child in reps:
+            least = lengths.of(child)
+            if least > 0:
+                rows.append((base, stride * n, stride, 0, n, least))
+    if not rows:
+        return _NO_REGIONS
     rows.sort(key=lambda row: (row[0], -row[1]))  # a region before those inside it
     out, open_rows = [], []
     for row in rows:
