@@ -29,8 +29,8 @@ import numpy as np
 from grammars import fastcall
 from grammars.lazydfa import njit
 
-FAR = 1 << 30
-_NO_REGIONS = np.zeros((0, 7), np.int64)  # a distance to a bound beyond the horizon
+FAR = 1 << 30  # a distance to a bound beyond the horizon
+_NO_REGIONS = np.zeros((0, 7), np.int64)
 _MAX_KEYS = 1 << 16  # descriptions kept, then the memo starts over
 
 
@@ -41,12 +41,11 @@ def counter_regions(copies, reps=(), rules=None) -> np.ndarray:
     repetitions (NFA.reps: first state, states per copy, copies, the repeated node), whose
     copies count from 0 to their number with no lower bound (they are the optional ones);
     a repetition of a node that may read nothing is left out."""
-    rows = [
-        (base, dfa.n_states, *dfa.counter, 1)
-        for base, _, _, dfa in copies
-        if "counter" in dfa.__dict__  # (a LazyDFA is never a counter)
-    ]
-    rows = [(b, n, k, lo, -1 if hi is None else hi, w) for b, n, k, lo, hi, w in rows]
+    rows = []
+    for base, _, _, dfa in copies:
+        if "counter" in dfa.__dict__:  # (a LazyDFA is never a counter)
+            k, lo, hi = dfa.counter
+            rows.append((base, dfa.n_states, k, lo, -1 if hi is None else hi, 1))
     if reps:
         lengths = _MinLengths(rules or {})
         for base, stride, n, child in reps:

@@ -121,16 +121,15 @@ class Machine:
         return live
 
     def walk(
-        self, g: int, follow: np.ndarray | None, vocab: Vocabulary
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(allowed, candidate ids): every token walked from g (see lazydfa_walk.walk), the allowed
-        ones as packed uint32 words (an eighth of a boolean array, for the walks the grammar
-        keeps); `follow`: the bytes the frame below can read after a pop (None: it cannot)."""
+        self, g: int, follow: np.ndarray | None, vocab: Vocabulary, allowed: np.ndarray
+    ) -> np.ndarray:
+        """The candidate ids of every token walked from g (see lazydfa_walk.walk), the allowed
+        ones set in `allowed` (zeroed uint32 words, a bit per token: the row the grammar keeps);
+        `follow`: the bytes the frame below can read after a pop (None: it cannot)."""
         can_pop = follow is not None
         room = min(max(int(self.dfa.meta[lazydfa._STATES]), _MIN_WALK_ROOM), _WALK_ROOM)
         if not lazydfa_arrays.has_room(self.dfa, room):  # grow now rather than walk twice
             self.dfa = lazydfa_arrays.grown(self.dfa, room)
-        allowed = np.zeros(vocab.words, np.uint32)  # the walk sets the bits of tokens alive
         candidates = getattr(_scratch, "candidates", None)
         if candidates is None or len(candidates) < vocab.size:
             candidates = _scratch.candidates = np.empty(vocab.size, np.int64)
@@ -184,7 +183,7 @@ class Machine:
             chain,
             self._chain_memo,
         )
-        return allowed, candidates[:n_cand].copy() if n_cand else _NO_CANDIDATES
+        return candidates[:n_cand].copy() if n_cand else _NO_CANDIDATES
 
 
 class CompiledGrammar:
@@ -420,9 +419,8 @@ class CompiledGrammar:
         key = (g, None if follow is None else follow.tobytes())
         hit = self._walks.get(key)
         if hit is None:
-            allowed, candidates = self.machine.walk(g, follow, self.vocab)
-            hit = (self._walk_rows.new(zero=False), candidates)  # overwritten whole
-            hit[0][:] = allowed
+            row = self._walk_rows.new()
+            hit = (row, self.machine.walk(g, follow, self.vocab, row))
             size = hit[0].nbytes + hit[1].nbytes
             if self._walk_bytes + size > _WALK_CACHE_BYTES:
                 self._walks.clear()

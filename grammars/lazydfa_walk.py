@@ -40,7 +40,7 @@ def set_bits(words, tokens):
     """Set the bits of `tokens` (int64) in `words` (uint32, bit t of word w: token 32w + t):
     np.bitwise_or.at took ~10 ns a token, this loop ~1."""
     for t in tokens:
-        words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        _set(words, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
