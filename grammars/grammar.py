@@ -218,7 +218,7 @@ class CompiledGrammar:
         self._counted = counter_masks.CounterMasks(regions, vocab.max_len) if len(regions) else None
         root = machine.rule_start[machine.root]
         with self._lock:
-            self.initial = self._single(self._call(pda.stack_of, root, -1))
+            self.initial = self._single(self._stack(root, -1))
 
     def matcher(self) -> GrammarMatcher:
         return GrammarMatcher(self)
@@ -238,6 +238,10 @@ class CompiledGrammar:
                 self._pda = pda.grown(self._pda)
             else:
                 raise GrammarError("grammar nesting too deep")
+
+    def _stack(self, g: int, parent: int) -> int:
+        """The stack of frame state g over stack parent."""
+        return self._call(pda.stack_of, g, parent)
 
     def _frame(self, sid: int) -> tuple[int, int]:
         """Stack sid's top frame (a DFA state) and parent stack (-1: none)."""
@@ -353,18 +357,25 @@ class CompiledGrammar:
                 continue
             shared = self._shared_checks
             if shared.applies(self, parent):
-                _set_bits(words, shared.found(self, sid, g, parent, candidates))
+                _set_bits(words, shared.found(self, sid, g, parent, follow, candidates))
             else:  # those another stack allowed need no check
                 candidates = candidates[(words[candidates >> 5] >> (candidates & 31)) & 1 == 0]
-                if follow is not None and len(candidates):
-                    found, candidates = self._checked_by_pops(g, parent, follow, candidates)
-                    _set_bits(words, found)
-                _set_bits(words, self._checked(sid, candidates))
+                _set_bits(words, self._checked_leaving(sid, g, parent, follow, candidates))
         if first:  # no stack: nothing allowed
             words.fill(0)
         if self.is_complete(ss):
             _set_bits(words, vocab.eos_ids)
         return words.view("<i4")
+
+    def _checked_leaving(self, sid, g, parent, follow, candidates) -> np.ndarray:
+        """The candidates (tokens leaving frame g of stack sid, whose stack below is parent,
+        reading the bytes of `follow`) that stack sid reads to the end: those that only leave
+        the frame by a pop are checked from the stack below alone (_checked_by_pops), the rest
+        from the whole stack."""
+        if follow is None or not len(candidates):
+            return self._checked(sid, candidates)
+        found, rest = self._checked_by_pops(g, parent, follow, candidates)
+        return np.concatenate((found, self._checked(sid, rest)))
 
     def _checked(self, sid: int, candidates: np.ndarray) -> np.ndarray:
         """The candidate tokens that a walk from stack sid reads to the end: in trie order,

@@ -355,6 +355,54 @@ def check_rows(nfa, dfa, pda, rule_start, rows, shared, data, ptr, states, found
     return n_found
 
 
+_PAIRS = 16  # the most stacks check_pops follows by their frames' DFA moves
+
+
+@njit(cache=True, nogil=True)
+def _set_pairs(pda, ss, pg, pp, pn, d):
+    """Row d of (pg, pp) := the frames and parents of set ss's stacks; False when too many."""
+    a, z = pda.set_ptr[ss], pda.set_ptr[ss + 1]
+    if z - a > _PAIRS:
+        return False
+    for j in range(z - a):
+        sid = pda.set_mem[a + j]
+        pg[d, j] = pda.st_g[sid]
+        pp[d, j] = pda.st_parent[sid]
+    pn[d] = z - a
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _pairs_set(pda, pg, pp, pn, d, buf):
+    """The set of the stacks of row d of (pg, pp), or an error code."""
+    for j in range(pn[d]):
+        sid = intern_stack(pda, pg[d, j], pp[d, j])
+        if sid < 0:
+            return sid
+        buf[j] = sid
+    return intern_set(pda, buf, _sort_unique(buf, pn[d]))
+
+
+@njit(cache=True, nogil=True)
+def _parent_reads(nfa, dfa, pda, rule_start, sid, row):
+    """row[b] := stack sid's closure can read byte b; 0, or an error code."""
+    ss = single_of(nfa, dfa, pda, rule_start, sid)
+    if ss < 0:
+        return ss
+    code = closure(nfa, dfa, pda, rule_start, ss)
+    if code < 0:
+        return code
+    row[:] = False
+    for i in range(pda.cl_start[ss], pda.cl_start[ss] + pda.cl_len[ss]):
+        g = pda.st_g[pda.cl_mem[i]]
+        if not dfa.done[g] and materialize(nfa, dfa, g) < 0:
+            return NEED_SPACE
+        for c in range(256):
+            if dfa.table[g, c]:
+                row[c] = True
+    return 0
+
+
 @njit(cache=True, nogil=True)
 def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, ptr, verdict):
     """The candidate rows of a walk from frame state g (lazydfa_walk.walk) checked where they
@@ -366,13 +414,26 @@ def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, 
     The sets below the frame are the same at every state of the frame, so their steps are made
     once, where the whole stack makes new sets at each new state of the frame (a length
     counter's). Rows are sorted, each resuming from the bytes it shares with the one before
-    (shared[k]), as in check_rows. 0, or an error code."""
+    (shared[k]), as in check_rows. After leaving the frame, a row is read by the DFA moves of
+    the frames it reached while none of them pushes or may end (a long string's next block:
+    with Llama-3, ~100,000 tokens cross a block's end, each byte a step of sets otherwise),
+    by steps of sets from there on. 0, or an error code."""
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     depth = 1
     for k in range(rows.shape[0]):
         depth = max(depth, ptr[rows[k] + 1] - ptr[rows[k]])
-    frame = np.zeros(depth + 1, np.int64)  # after d bytes of the row walked last: the frame's
-    popped = np.zeros(depth + 1, np.int64)  # state, and the set of the stacks that left it
+    # after d bytes of the row walked last: the frame's state, and the stacks that left it
+    # (mode 0: none, 1: the set popped[d], 2: the frames and parents in row d of pg / pp)
+    frame = np.zeros(depth + 1, np.int64)
+    mode = np.zeros(depth + 1, np.int64)
+    popped = np.zeros(depth + 1, np.int64)
+    pg = np.zeros((depth + 2, _PAIRS), np.int64)
+    pp = np.zeros((depth + 2, _PAIRS), np.int64)
+    pn = np.zeros(depth + 2, np.int64)
+    buf = np.empty(_PAIRS, np.int64)
+    ups = np.zeros(8, np.int64)  # parents of those stacks, and the bytes each can read
+    reads = np.zeros((8, 256), np.bool_)
+    n_up = 0
     frame[0] = g
     stop = 1 << 30  # the bytes after which the row walked last died, or gave up: the rows
     stop_verdict = 0  # sharing them end the same
@@ -387,11 +448,55 @@ def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, 
         d = common
         out = -1
         while start + d < end:
-            s, p, b = frame[d], popped[d], data[start + d]
-            if p:
+            s, m, p, b = frame[d], mode[d], popped[d], data[start + d]
+            if m == 2:
+                # the stacks that left, by their frames' DFA moves while none pushes what reads
+                # b or may end where its parent reads b (a stack whose frame neither pushes
+                # nor ends is its own closure, so this is `step` without sets)
+                n = 0
+                slow = False
+                for j in range(pn[d]):
+                    x = pg[d, j]
+                    if not done[x] and materialize(nfa, dfa, x) < 0:
+                        return NEED_SPACE
+                    if viable[x, b]:
+                        slow = True
+                        break
+                    if accept[x]:
+                        up = pp[d, j]
+                        i = 0
+                        while i < n_up and ups[i] != up:
+                            i += 1
+                        if i == n_up:
+                            if up < 0 or n_up == ups.shape[0]:
+                                slow = True
+                                break
+                            code = _parent_reads(nfa, dfa, pda, rule_start, up, reads[i])
+                            if code < 0:
+                                return code
+                            ups[i] = up
+                            n_up += 1
+                        if reads[i, b]:
+                            slow = True
+                            break
+                    t = table[x, b]
+                    if t:
+                        pg[d + 1, n] = t
+                        pp[d + 1, n] = pp[d, j]
+                        n += 1
+                pn[d + 1] = n
+                if slow:
+                    m, p = 1, _pairs_set(pda, pg, pp, pn, d, buf)
+                    if p < 0:
+                        return p
+                elif n == 0:
+                    m = 0
+            if m == 1:
                 p = step(nfa, dfa, pda, rule_start, p, b)
                 if p < 0:
                     return p
+                if p == 0:
+                    m = 0
             if s and not done[s] and materialize(nfa, dfa, s) < 0:
                 return NEED_SPACE
             if s and d and viable[s, b]:
@@ -400,18 +505,22 @@ def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, 
                 q = step(nfa, dfa, pda, rule_start, below, b)
                 if q < 0:
                     return q
-                if q and p and q != p:
+                if q and m == 2:
+                    m, p = 1, _pairs_set(pda, pg, pp, pn, d + 1, buf)
+                    if p < 0:
+                        return p
+                if q and m and q != p:
                     out = 2
-                elif q:
-                    p = q
+                elif q and not m:
+                    m, p = (2, 0) if _set_pairs(pda, q, pg, pp, pn, d + 1) else (1, q)
             if out == 2:
                 break
             s = table[s, b] if s else 0
-            if s == 0 and p == 0:
+            if s == 0 and m == 0:
                 out = 0
                 break
             d += 1
-            frame[d], popped[d] = s, p
+            frame[d], mode[d], popped[d] = s, m, p
         if out >= 0:
             stop, stop_verdict = d + 1, out
         verdict[k] = 1 if out == -1 else out
