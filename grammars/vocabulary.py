@@ -7,6 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from grammars import lazydfa
+from grammars.lazydfa import njit
 from grammars.tokenizer_info import TokenizerInfo
 
 _MAX_CACHED_CHAINS = 64  # chain layouts kept per vocabulary
@@ -70,15 +71,93 @@ class ChainLayout(NamedTuple):
 
 def _exit_suffixes(trie: TokenTrie, rows: np.ndarray, exits: np.ndarray):
     """The bytes of each row of `rows` from its exit on, numbered each once, and their trie."""
-    data, ptr = trie.data, trie.ptr
-    texts = [data[ptr[j] + e : ptr[j + 1]].tobytes() for j, e in zip(rows.tolist(), exits.tolist())]
-    number: dict[bytes, int] = {}
-    suffix_of = np.array([number.setdefault(t, len(number)) for t in texts], np.int64)
-    unique = list(number)
-    width = max((len(t) for t in unique), default=1)
-    matrix = np.frombuffer(b"".join(t.ljust(width, b"\0") for t in unique), np.uint8)
-    lengths = np.array([len(t) for t in unique], np.int64)
-    return suffix_of, make_trie(np.arange(len(unique)), matrix.reshape(len(unique), width), lengths)
+    suffix_of, data, ptr, lcp = _sorted_suffixes(trie.data, trie.ptr, rows, exits)
+    n = len(ptr) - 1
+    firsts = data[ptr[:-1]] if n else np.zeros(0, np.uint8)  # every suffix has a byte
+    group = np.searchsorted(firsts, np.arange(257), side="left").astype(np.int64)
+    ends = lazydfa.subtree_ends(ptr, lcp)
+    return suffix_of, TokenTrie(np.arange(n, dtype=np.int64), data, ptr, lcp, group, ends)
+
+
+@njit(cache=True, nogil=True)
+def _before(data, a, la, b, lb):
+    """data[a:a + la] sorts before data[b:b + lb] (bytewise, a prefix first)."""
+    for i in range(min(la, lb)):
+        x, y = data[a + i], data[b + i]
+        if x != y:
+            return x < y
+    return la < lb
+
+
+@njit(cache=True, nogil=True)
+def _sorted_suffixes(data, ptr, rows, exits):
+    """The bytes of each row from its exit on (never empty), sorted and each kept once: (the
+    number of each row's suffix, their bytes, their offsets, the bytes each shares with the
+    one before), as make_trie lays a trie out. A merge sort of offsets: the suffixes were
+    Python bytes sorted by lexsort over 128 columns, ~45 ms with Llama-3's tokens per mask."""
+    n = rows.shape[0]
+    start = np.empty(n, np.int64)
+    size = np.empty(n, np.int64)
+    for k in range(n):
+        start[k] = ptr[rows[k]] + exits[k]
+        size[k] = ptr[rows[k] + 1] - start[k]
+    # the first 7 bytes (zeros past the end) and the length up to 7 in one number, which
+    # orders the suffixes as their bytes do but for ties, compared byte by byte
+    key = np.zeros(n, np.uint64)
+    for k in range(n):
+        x = np.uint64(0)
+        for i in range(7):
+            x = x << np.uint64(8)
+            if i < size[k]:
+                x |= np.uint64(data[start[k] + i])
+        key[k] = (x << np.uint64(8)) | np.uint64(min(size[k], 7))
+    order = np.arange(n)
+    spare = np.empty(n, np.int64)
+    width = 1
+    while width < n:  # bottom-up, stable
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if j < hi and i < mid:
+                    a, b = order[i], order[j]
+                    take_i = key[a] < key[b] or (
+                        key[a] == key[b] and not _before(data, start[b], size[b], start[a], size[a])
+                    )
+                else:
+                    take_i = j >= hi
+                if take_i:
+                    spare[k] = order[i]
+                    i += 1
+                else:
+                    spare[k] = order[j]
+                    j += 1
+        order, spare = spare, order
+        width *= 2
+    suffix_of = np.empty(n, np.int64)
+    out_ptr = np.zeros(n + 1, np.int64)
+    lcp = np.zeros(n, np.int64)
+    out = np.empty(size.sum(), np.uint8)
+    m = 0  # distinct suffixes so far
+    for k in range(n):
+        r = order[k]
+        if m:
+            p = order[k - 1]
+            same = 0
+            limit = min(size[r], size[p])
+            while same < limit and data[start[r] + same] == data[start[p] + same]:
+                same += 1
+            if same == size[r] and same == size[p]:  # the one before, again
+                suffix_of[r] = m - 1
+                continue
+            lcp[m] = same
+        a = out_ptr[m]
+        for i in range(size[r]):
+            out[a + i] = data[start[r] + i]
+        out_ptr[m + 1] = a + size[r]
+        suffix_of[r] = m
+        m += 1
+    return suffix_of, out[: out_ptr[m]], out_ptr[: m + 1].copy(), lcp[:m].copy()
 
 
 class Vocabulary:

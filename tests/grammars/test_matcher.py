@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from grammars import GrammarError
@@ -343,6 +343,47 @@ def test_trie_subtree_ends(tokens):
             while end < len(data) and data[end][: i + 1] == row[: i + 1]:
                 end += 1
             assert trie.ends[trie.ptr[j] + i] == end
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(  # few byte values: suffixes sharing long prefixes
+        st.lists(st.sampled_from([b"\x00", b"a", b"b", b"\xff"]), min_size=1, max_size=12).map(
+            b"".join
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    st.lists(st.integers(1, 5), min_size=60, max_size=60),
+)
+@example([b"aaaaaaaab", b"baaaaaaaa", b"bbaaaaaaaa"], [1] * 60)  # tied on their first 7 bytes
+def test_exit_suffixes_are_the_trie_of_each_distinct_suffix(tokens, cuts):
+    """A chain layout's suffixes (each row's bytes from its exit on): every distinct one once,
+    in the order make_trie sorts them (a prefix first, bytes 0 and 255 included), with the
+    trie's shared prefixes and subtree ends, and each row numbered by its own suffix."""
+    from grammars.vocabulary import _exit_suffixes, make_trie
+
+    width = max(map(len, tokens))
+    rows = np.zeros((len(tokens), width), np.uint8)
+    for i, t in enumerate(tokens):
+        rows[i, : len(t)] = list(t)
+    trie = make_trie(np.arange(len(tokens)), rows, np.array([len(t) for t in tokens], np.int64))
+    data = [bytes(trie.data[trie.ptr[j] : trie.ptr[j + 1]]) for j in range(len(tokens))]
+    picked = np.array([j for j in range(len(data)) if len(data[j]) > 1], np.int64)
+    exits = np.array([min(cuts[j], len(data[j]) - 1) for j in picked], np.int64)
+    suffix_of, suffixes = _exit_suffixes(trie, picked, exits)
+    texts = [data[j][e:] for j, e in zip(picked.tolist(), exits.tolist())]
+    unique = sorted(set(texts))
+    matrix = np.zeros((max(len(unique), 1), width), np.uint8)
+    for i, t in enumerate(unique):
+        matrix[i, : len(t)] = list(t)
+    lengths = np.array([len(t) for t in unique], np.int64)
+    reference = make_trie(np.arange(len(unique)), matrix[: len(unique)], lengths)
+    got = [bytes(suffixes.data[suffixes.ptr[j] : suffixes.ptr[j + 1]]) for j in suffixes.ids]
+    assert got == unique == sorted(unique, key=lambda t: list(t))
+    for name in ("ptr", "lcp", "group", "ends"):
+        assert np.array_equal(getattr(suffixes, name), getattr(reference, name)), name
+    assert [got[k] for k in suffix_of] == texts
 
 
 def test_pushdown_arrays_keep_every_stack_set_and_step_through_growth(compiler):
