@@ -218,7 +218,7 @@ class CompiledGrammar:
         self._counted = counter_masks.CounterMasks(regions, vocab.max_len) if len(regions) else None
         root = machine.rule_start[machine.root]
         with self._lock:
-            self.initial = self._single(self._stack(root, -1))
+            self.initial = self._single(self._call(pda.stack_of, root, -1))
 
     def matcher(self) -> GrammarMatcher:
         return GrammarMatcher(self)
@@ -238,10 +238,6 @@ class CompiledGrammar:
                 self._pda = pda.grown(self._pda)
             else:
                 raise GrammarError("grammar nesting too deep")
-
-    def _stack(self, g: int, parent: int) -> int:
-        """The stack of frame state g over stack parent."""
-        return self._call(pda.stack_of, g, parent)
 
     def _frame(self, sid: int) -> tuple[int, int]:
         """Stack sid's top frame (a DFA state) and parent stack (-1: none)."""

@@ -54,7 +54,6 @@ class SharedChecks:
         self.behaviours: dict[int, tuple | int] = {}  # stack -> behaviour key
         self.signatures: dict[int, int] = {}  # DFA state -> signature number
         self.signature_ids: dict[tuple, int] = {}
-        self.first_below: dict[tuple | int, int] = {}  # behaviour -> the first stack of it
 
     def applies(self, grammar, parent: int) -> bool:
         """Whether the stack below (-1: none) may push a rule longer than every token."""
@@ -71,17 +70,9 @@ class SharedChecks:
         """The ids of `candidates` (tokens leaving frame state g of stack sid, whose stack
         below, `parent`, reads the bytes of `follow`) that stack sid reads to the end:
         grammar._checked_leaving once per (g, behaviour of parent)."""
-        below = self.behaviour(grammar, parent)
-        key = (g, below)
+        key = (g, self.behaviour(grammar, parent))
         hit = self.checked.get(key)
         if hit is None:
-            # the stack below first seen with this behaviour stands for this one: the steps
-            # its checks made are known (a new block of a long string is a new stack below,
-            # whose sets after each crossing token were all new: ~80 ms with Llama-3)
-            first = self.first_below.setdefault(below, parent)
-            if first != parent:
-                sid, parent = grammar._stack(g, first), first
-                follow = grammar._follow(first)
             hit = grammar._checked_leaving(sid, g, parent, follow, candidates)
             if self.checked_bytes + hit.nbytes > _MAX_CHECKED_BYTES:
                 self.checked.clear()
@@ -112,7 +103,6 @@ class SharedChecks:
             self.signature_ids.clear()
             self.signatures.clear()
             self.behaviours.clear()
-            self.first_below.clear()
             self.checked.clear()
             self.checked_bytes = 0
         hit = self.signatures[g] = self.signature_ids.setdefault(key, len(self.signature_ids))
