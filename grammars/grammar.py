@@ -53,7 +53,11 @@ _MIN_WALK_ROOM, _WALK_ROOM = 24, 128
 _ROW_BLOCK = 32  # rows of masks or of frame walks per allocation (few to free with a grammar)
 _FIRST_ROWS = 4  # rows of a grammar's first block of each
 _NO_CANDIDATES = np.zeros(0, np.int64)
-_NO_PREFIX = (np.zeros(0, np.int16), np.zeros(0, np.int64))  # walk's chain steps, when none
+_NO_PREFIX = (  # walk's chain steps, when none
+    np.zeros(0, np.int16),
+    np.zeros(0, np.int64),
+    (np.zeros(0, np.int64),) * 4,
+)
 
 
 class Machine:
@@ -157,11 +161,11 @@ class Machine:
         utf8, utf8_from_g = slots[lazydfa_chain.UTF8], slots[lazydfa_chain.UTF8_FROM_G]
         chars = slots[lazydfa_chain.CHARS]
         layout = vocab.chain_layout(in_chain, bool(utf8))
-        prefix, long_rows = _NO_PREFIX
+        prefix, long_rows, fits = _NO_PREFIX
         if hub and length > 0 and (length < vocab.max_len or chars):  # a counter's prefix,
             # however short: a counter's last states otherwise walked the whole trie (~0.4 ms
             # with SmolLM2), and one of characters its multi-byte tokens (~1.5 ms, Llama-3)
-            prefix, long_rows = vocab.chain_steps(in_chain, length)
+            prefix, long_rows, fits = vocab.chain_fits(in_chain, length)
         n_cand = self._run(
             lazydfa_walk.walk,
             g,
@@ -177,6 +181,7 @@ class Machine:
             allowed,
             candidates,
             prefix,
+            fits,
             long_rows,
             length,
             chars,

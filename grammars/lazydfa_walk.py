@@ -67,6 +67,7 @@ def walk(
     allowed,
     candidates,
     prefix,
+    fits,
     long_rows,
     limit,
     chars,
@@ -93,7 +94,8 @@ def walk(
     can read; returns the number of candidates, or NEED_SPACE.
 
     A chain that is not a loop (a length counter) but shorter than `depth` is used the same
-    way when `prefix` (vocabulary.chain_steps) is given: the tokens that never leave the mask
+    way when `prefix` (vocabulary.chain_fits: the steps, and `fits` the ids sorted by them) is
+    given: the tokens that never leave the mask
     and fit in the chain (`limit` states) are allowed at once, the longer ones (`long_rows`)
     are walked from the chain's end, and the others as for a loop. Where the chain's first
     `chars` states take a multi-byte character a step (a counter of characters,
@@ -106,7 +108,7 @@ def walk(
     those that never leave the loop's bytes are alive without a walk (of the 128k Llama-3
     tokens at an object's key, ~13,000 start with a named key's letter and were walked)."""
     ids, data, ptr, lcp, group, ends_at = trie
-    exits, full, exit_rows, exit_lcp, exit_group, in_chain, suffix_of, suffixes = layout
+    exits, full, exit_rows, exit_lcp, exit_group, in_chain, suffix_of, suffixes, run_end = layout
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     states = np.empty(depth + 1, np.int64)
     passed = np.zeros(depth + 1, np.bool_)  # passed a viable point within the first d bytes
@@ -121,9 +123,11 @@ def walk(
         covering = chain[0] >= depth
         if prefix.shape[0]:
             covering = True
-            for i in range(prefix.shape[0]):
-                if _fits(prefix[i], limit, chars):
-                    _set(allowed, i)
+            pos_ids, pos_steps, neg_ids, neg_steps = fits  # those that _fits, at once
+            for i in range(np.searchsorted(pos_steps, limit, "right")):
+                _set(allowed, pos_ids[i])
+            for i in range(np.searchsorted(neg_steps, chars, "right")):
+                _set(allowed, neg_ids[i])
         elif covering:
             _copy(full, allowed)
     else:
@@ -192,6 +196,19 @@ def walk(
             dead_at = -1
             if skip and _fits(prefix[ids[j]], limit, chars):
                 continue
+            e = exits[j]
+            if covered and on_chain and e <= chain[0]:  # it reaches chain[e], then leaves
+                s = chain[e]
+                if not done[s] and materialize(nfa, dfa, s) < 0:
+                    return NEED_SPACE
+                b = data[ptr[j] + e]
+                if table[s, b] == 0 and not (
+                    track and (viable[s, b] or (can_pop and accept[s] and follow[b]))
+                ):  # the rows of the run all die there, and none is a candidate
+                    k = run_end[k] - 1
+                    known = min(known, 1)
+                    dead_at, dead_viable = e, False
+                    continue
             base = ptr[j]
             length = ptr[j + 1] - base
             if on_chain and exits[j] == length and chain[0] >= length:

@@ -56,8 +56,8 @@ class ChainLayout(NamedTuple):
     the mask (its length if never); full: bit id set where the token never leaves (packed as
     masks are; lazydfa.chain_stays);
     rows[k]: the rows starting with a byte of the mask (or a UTF-8 lead byte) that leave it
-    later, in trie order, each sharing lcp[k] bytes with the one before, those starting with
-    byte b at group[b]:group[b + 1]."""
+    later, by first byte, then by exit and the byte there, then in trie order, each sharing
+    lcp[k] bytes with the one before, those starting with byte b at group[b]:group[b + 1]."""
 
     exits: np.ndarray
     full: np.ndarray
@@ -67,6 +67,8 @@ class ChainLayout(NamedTuple):
     in_mask: np.ndarray  # the mask as 256 booleans
     suffix_of: np.ndarray  # suffix_of[k]: the id of rows[k]'s bytes from its exit on
     suffixes: TokenTrie  # those suffixes, each once (ids: their ids)
+    run_end: np.ndarray  # run_end[k]: the first row after k of another first byte, exit or
+    # byte at its exit
 
 
 def _exit_suffixes(trie: TokenTrie, rows: np.ndarray, exits: np.ndarray):
@@ -219,11 +221,24 @@ class Vocabulary:
             full[trie.ids[starts_in & stays]] = True
             full = self.pack(full).view(np.uint32)  # the walk's bits, copied at once
             rows = np.nonzero(starts_in & ~stays)[0]
+            # by first byte, then where they leave and the byte they leave by (then in trie
+            # order): the rows of such a run all live or die together at that byte
+            firsts = trie.data[trie.ptr[rows]]
+            leave = trie.data[trie.ptr[rows] + exits[rows]]
+            order = np.lexsort((leave, exits[rows], firsts))
+            rows, firsts, leave = rows[order], firsts[order], leave[order]
             lcp = lazydfa.shared_prefixes(trie.data, trie.ptr, rows)
-            group = np.searchsorted(trie.data[trie.ptr[rows]], np.arange(257)).astype(np.int64)
+            group = np.searchsorted(firsts, np.arange(257)).astype(np.int64)
             suffix_of, suffixes = _exit_suffixes(trie, rows, exits[rows])
+            starts = np.ones(len(rows) + 1, np.bool_)  # where a run starts
+            where = exits[rows]
+            starts[1:-1] = (
+                (firsts[1:] != firsts[:-1]) | (where[1:] != where[:-1]) | (leave[1:] != leave[:-1])
+            )
+            bounds = np.flatnonzero(starts)
+            run_end = np.repeat(bounds[1:], np.diff(bounds)).astype(np.int64)
             hit = self._chains[key] = ChainLayout(
-                exits, full, rows, lcp, group, in_mask, suffix_of, suffixes
+                exits, full, rows, lcp, group, in_mask, suffix_of, suffixes, run_end
             )
         return hit
 
@@ -247,6 +262,15 @@ class Vocabulary:
         (the last one possibly cut short) and bytes of the mask, else 0; the rows that never
         leave the mask but are longer than `length`). The steps are cached per mask, the rows
         a slice of them sorted by length."""
+        return self._chain_steps(in_mask, length)[:2]
+
+    def chain_fits(self, in_mask: np.ndarray, length: int):
+        """chain_steps, and the ids whose steps are positive and those whose steps are
+        negative, each sorted by the absolute steps, with those steps (the tokens a chain
+        allows at once are a prefix of each: lazydfa_walk.walk)."""
+        return self._chain_steps(in_mask, length)
+
+    def _chain_steps(self, in_mask: np.ndarray, length: int):
         key = in_mask.tobytes()
         hit = self._steps.get(key)
         if hit is None:
@@ -259,9 +283,14 @@ class Vocabulary:
             lengths = trie.ptr[whole + 1] - trie.ptr[whole]
             steps[trie.ids[whole]] = lengths
             order = np.argsort(-lengths, kind="stable")
-            hit = self._steps[key] = (steps, whole[order], -lengths[order])
-        steps, rows, shorter = hit  # shorter: minus the rows' lengths, ascending
-        return steps, rows[: np.searchsorted(shorter, -length)]
+            fits = []
+            for sign in (1, -1):
+                ids = np.flatnonzero(sign * steps.astype(np.int64) > 0)
+                by = np.argsort(sign * steps[ids].astype(np.int64), kind="stable")
+                fits += [ids[by], sign * steps[ids[by]].astype(np.int64)]
+            hit = self._steps[key] = (steps, whole[order], -lengths[order], tuple(fits))
+        steps, rows, shorter, fits = hit  # shorter: minus the rows' lengths, ascending
+        return steps, rows[: np.searchsorted(shorter, -length)], fits
 
     def _characters(self) -> np.ndarray:
         """Each trie row's bytes that are not UTF-8 continuation bytes (its characters, when
