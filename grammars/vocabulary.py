@@ -282,11 +282,12 @@ class Vocabulary:
             steps[trie.ids[words]] = -self._characters()[words]
             lengths = trie.ptr[whole + 1] - trie.ptr[whole]
             steps[trie.ids[whole]] = lengths
-            order = np.argsort(-lengths, kind="stable")
+            # (stable sorts of 16-bit keys are radix sorts: ~1 ms over 128k tokens, not ~5)
+            order = np.argsort(-lengths.astype(np.int16), kind="stable")
             fits = []
             for sign in (1, -1):
-                ids = np.flatnonzero(sign * steps.astype(np.int64) > 0)
-                by = np.argsort(sign * steps[ids].astype(np.int64), kind="stable")
+                ids = np.flatnonzero(sign * steps > 0)
+                by = np.argsort(sign * steps[ids], kind="stable")
                 fits += [ids[by], sign * steps[ids[by]].astype(np.int64)]
             hit = self._steps[key] = (steps, whole[order], -lengths[order], tuple(fits))
         steps, rows, shorter, fits = hit  # shorter: minus the rows' lengths, ascending
