@@ -165,7 +165,7 @@ class Machine:
         if hub and length > 0 and (length < vocab.max_len or chars):  # a counter's prefix,
             # however short: a counter's last states otherwise walked the whole trie (~0.4 ms
             # with SmolLM2), and one of characters its multi-byte tokens (~1.5 ms, Llama-3)
-            prefix, long_rows, fits = vocab.chain_fits(in_chain, length)
+            prefix, long_rows, fits = vocab.chain_steps(in_chain, length)
         n_cand = self._run(
             lazydfa_walk.walk,
             g,

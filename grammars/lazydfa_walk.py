@@ -94,7 +94,7 @@ def walk(
     can read; returns the number of candidates, or NEED_SPACE.
 
     A chain that is not a loop (a length counter) but shorter than `depth` is used the same
-    way when `prefix` (vocabulary.chain_fits: the steps, and `fits` the ids sorted by them) is
+    way when `prefix` (vocabulary.chain_steps: the steps, and `fits` the ids sorted by them) is
     given: the tokens that never leave the mask
     and fit in the chain (`limit` states) are allowed at once, the longer ones (`long_rows`)
     are walked from the chain's end, and the others as for a loop. Where the chain's first
@@ -211,7 +211,7 @@ def walk(
                     continue
             base = ptr[j]
             length = ptr[j + 1] - base
-            if on_chain and exits[j] == length and chain[0] >= length:
+            if on_chain and e == length and chain[0] >= length:
                 _set(allowed, ids[j])  # all on the chain, which goes that far
                 continue
             i = known

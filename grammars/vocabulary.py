@@ -223,15 +223,14 @@ class Vocabulary:
             rows = np.nonzero(starts_in & ~stays)[0]
             # by first byte, then where they leave and the byte they leave by (then in trie
             # order): the rows of such a run all live or die together at that byte
-            firsts = trie.data[trie.ptr[rows]]
-            leave = trie.data[trie.ptr[rows] + exits[rows]]
-            order = np.lexsort((leave, exits[rows], firsts))
-            rows, firsts, leave = rows[order], firsts[order], leave[order]
+            firsts, where = trie.data[trie.ptr[rows]], exits[rows]
+            leave = trie.data[trie.ptr[rows] + where]
+            order = np.lexsort((leave, where, firsts))
+            rows, firsts, where, leave = rows[order], firsts[order], where[order], leave[order]
             lcp = lazydfa.shared_prefixes(trie.data, trie.ptr, rows)
             group = np.searchsorted(firsts, np.arange(257)).astype(np.int64)
-            suffix_of, suffixes = _exit_suffixes(trie, rows, exits[rows])
+            suffix_of, suffixes = _exit_suffixes(trie, rows, where)
             starts = np.ones(len(rows) + 1, np.bool_)  # where a run starts
-            where = exits[rows]
             starts[1:-1] = (
                 (firsts[1:] != firsts[:-1]) | (where[1:] != where[:-1]) | (leave[1:] != leave[:-1])
             )
@@ -255,22 +254,15 @@ class Vocabulary:
         starts_in, stays = self._stays(in_mask, utf8)
         return np.nonzero(starts_in & stays)[0]
 
-    def chain_steps(self, in_mask: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+    def chain_steps(self, in_mask: np.ndarray, length: int):
         """For a chain of `length` states over the bytes of `in_mask` that is not a loop (a
         counter): (steps[id]: the states a token takes along the chain, its bytes when it
         never leaves the mask, minus its characters when it holds multi-byte UTF-8 characters
         (the last one possibly cut short) and bytes of the mask, else 0; the rows that never
-        leave the mask but are longer than `length`). The steps are cached per mask, the rows
-        a slice of them sorted by length."""
-        return self._chain_steps(in_mask, length)[:2]
-
-    def chain_fits(self, in_mask: np.ndarray, length: int):
-        """chain_steps, and the ids whose steps are positive and those whose steps are
-        negative, each sorted by the absolute steps, with those steps (the tokens a chain
-        allows at once are a prefix of each: lazydfa_walk.walk)."""
-        return self._chain_steps(in_mask, length)
-
-    def _chain_steps(self, in_mask: np.ndarray, length: int):
+        leave the mask but are longer than `length`; fits: the ids whose steps are positive
+        and those whose steps are negative, each sorted by the absolute steps, with those
+        steps, so that the tokens a chain allows at once are a prefix of each,
+        lazydfa_walk.walk). Cached per mask, the rows a slice of them sorted by length."""
         key = in_mask.tobytes()
         hit = self._steps.get(key)
         if hit is None:

@@ -482,7 +482,7 @@ def test_chain_steps_of_every_token_with_one_layout_kept(compiler, monkeypatch):
     vocab = compiler.vocab
     in_mask = np.zeros(256, np.bool_)
     in_mask[[ord(c) for c in "abcdefghijklmnopqrstuvwxyz _-"]] = True
-    steps, long_rows = vocab.chain_steps(in_mask, 3)
+    steps, long_rows, _ = vocab.chain_steps(in_mask, 3)
     for tid in range(vocab.size):
         data = vocab.token_bytes[tid]
         expected = 0
