@@ -125,9 +125,10 @@ class NFA:
         self.nts: list = []  # state, rule name, state to return to
         # embedded DFAs kept whole, (first state, from, to, dfa): turned into arrays at once
         self.copies: list[tuple[int, int, int, EagerDFA]] = []
-        # bounded repetitions laid out as equal blocks, one per optional copy: (first state,
-        # states per copy, copies, the repeated node), for grammars.counter_masks
-        self.reps: list[tuple[int, int, int, tuple]] = []
+        # bounded repetitions laid out as equal blocks, one per copy: (first state, states per
+        # copy, copies, the repeated node, whether the copies are the required ones (each block
+        # ends at the end state of its copy) or the optional ones), for grammars.counter_masks
+        self.reps: list[tuple[int, int, int, tuple, bool]] = []
         # ("frag", node) wrappers built so far, by id, and their later uses (grammars.fragments)
         self.fragments: dict[int, tuple] = {}
         self.frag_uses: list[tuple] = []
@@ -218,7 +219,17 @@ class NFA:
         elif kind == "rep":
             _, child, lo, hi = node
             cur = s
-            if lo:
+            if lo >= _MIN_REP_COPIES:  # copies laid out as blocks, each from its end state
+                first, stride, alike = self.size, 0, True
+                for _ in range(lo):
+                    nxt = self.reserve(1)
+                    self.build(child, cur, nxt)
+                    stride = stride or self.size - nxt
+                    alike = alike and self.size - nxt == stride
+                    cur = nxt
+                if alike:
+                    self.reps.append((first, stride, lo, child, True))
+            elif lo:
                 first = self.reserve(lo)
                 for i in range(first, first + lo):
                     self.build(child, cur, i)
@@ -244,7 +255,7 @@ class NFA:
                     cur = nxt
                 eps += (cur, e)
                 if hi - lo >= _MIN_REP_COPIES and alike:  # copies of one layout
-                    self.reps.append((first, stride, hi - lo, child))
+                    self.reps.append((first, stride, hi - lo, child, False))
         elif kind == "members":
             build_members(self, node, s, e)
         elif kind == "nt":

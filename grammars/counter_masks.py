@@ -38,9 +38,10 @@ def counter_regions(copies, reps=(), rules=None) -> np.ndarray:
     """Rows (first NFA state, states, states per count, lo, hi, least bytes per count, the
     row of the region around it or -1), sorted by first state, of the NFA's copies
     (automaton.NFA.copies: first state, from, to, DFA) of counter DFAs, and of its bounded
-    repetitions (NFA.reps: first state, states per copy, copies, the repeated node), whose
-    copies count from 0 to their number with no lower bound (they are the optional ones);
-    a repetition of a node that may read nothing is left out."""
+    repetitions (NFA.reps: first state, states per copy, copies, the repeated node, required),
+    whose copies count from 0 to their number less one, with that as their lower bound (the
+    required copies) or upper bound (the optional ones); a repetition of a node that may read
+    nothing is left out."""
     rows = []
     for base, _, _, dfa in copies:
         if "counter" in dfa.__dict__:  # (a LazyDFA is never a counter)
@@ -48,10 +49,15 @@ def counter_regions(copies, reps=(), rules=None) -> np.ndarray:
             rows.append((base, dfa.n_states, k, lo, -1 if hi is None else hi, 1))
     if reps:
         lengths = _MinLengths(rules or {})
-        for base, stride, n, child in reps:
+        for base, stride, n, child, required in reps:
             least = lengths.of(child)
             if least > 0:
-                rows.append((base, stride * n, stride, 0, n, least))
+                # copy c's states count c, and at its end c + 1 copies are read: a token from
+                # there reads past the last copy (to what follows the required ones, or into
+                # one copy too many) with h whole copies more when n - c <= h + 1, so the
+                # bound (the lower for required copies, else the upper) is n - 1
+                bounds = (n - 1, -1) if required else (0, n - 1)
+                rows.append((base, stride * n, stride, *bounds, least))
     if not rows:
         return _NO_REGIONS
     rows.sort(key=lambda row: (row[0], -row[1]))  # a region before those inside it

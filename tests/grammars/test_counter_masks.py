@@ -186,4 +186,38 @@ def test_repetition_of_what_may_be_empty_is_not_described():
     nfa = NFA()
     nfa.build(rep(lit("ab"), 0, 20), nfa.new(), nfa.new())
     (row,) = counter_regions([], nfa.reps).tolist()
-    assert row[4:6] == [20, 2]  # copies, bytes per copy
+    assert row[3:6] == [0, 19, 2]  # no lower bound, the last copy, bytes per copy
+
+
+_BIG = 8 * counted._BLOCK
+
+
+@pytest.mark.parametrize(
+    "spec, text",
+    [
+        ({"type": "string", "minLength": _BIG + 2, "maxLength": _BIG + 40}, "a" * (_BIG + 30)),
+        ({"type": "string", "maxLength": 9000}, "a" * (_BIG + 20)),
+        ("(ab|c){12}d", "abcab" * 3 + "cabcd"),
+        ("(ab|c){9,12}", "ab" * 11),
+        ("x(aaa){10}a{0,5}", "x" + "a" * 35),
+        ("(aaaa){10}b", "a" * 40 + "b"),
+        ("(aaaa){0,10}b", "a" * 40 + "b"),
+        ("(aaaa){10,20}b", "a" * 80 + "b"),
+    ],
+)
+def test_copies_alike_but_those_a_token_reads_past_the_last_from(small, spec, text):
+    """A repetition's copies (a long string's blocks, {n} and {m,n} in a pattern) are alike but
+    for those from which a token of the horizon's bytes reads past the last copy (from the end
+    of copy c, n - c - 1 whole copies, then a byte): masks along the text are those of their
+    states, required copies or optional ones."""
+    if isinstance(spec, str):
+        grammar = small.compile_regex(spec)
+    else:
+        grammar = small.compile_json_schema(spec)
+        text = '"' + text
+    assert len(grammar.machine.counter_regions)
+    m = grammar.matcher()
+    for i, t in enumerate(_ids(text.encode())):
+        assert np.array_equal(grammar.mask(m.state), grammar._compute_mask(m.state)), i
+        assert m.accept_token(t)
+    assert grammar._counted.shared
