@@ -6,10 +6,12 @@ Expression nodes are tuples:
     ("cat", (n, ...))      concatenation; ("cat", ()) is the empty string
     ("alt", (n, ...))      alternation;   ("alt", ()) is the empty language
     ("rep", n, lo, hi)     n repeated lo..hi times (hi None = unbounded)
-    ("members", items, sep, extra, (lo, hi), any_order)  separated (node, required) items in
-                           order (any_order True: in any order, each once; REPEATING: in any
-                           order, each any number of times), then extras; lo..hi members in
-                           all (hi None = unbounded; REPEATING: always (0, None))
+    ("members", items, sep, extra, (lo, hi), any_order, needs)  separated (node, required)
+                           items in order (any_order True: in any order, each once; REPEATING:
+                           in any order, each any number of times), then extras; lo..hi
+                           members in all (hi None = unbounded; REPEATING: always (0, None));
+                           needs: None, or (in order) sets of item indices one of which must
+                           all be present
     ("nt", name)           a reference to another rule (matched by pushing a stack frame)
     ("dfa", EagerDFA)      an already determinised automaton, embedded as is
     ("frag", n)            n, built once per NFA and copied at its other uses (grammars.fragments)

@@ -1,6 +1,7 @@
 """The NFA of a ("members", ...) node (grammars.automaton): an object's members in the
-schema's order with counts, in any order (one state per set of members written and, where
-counted, per count of extras), or in any order with keys that may come again."""
+schema's order with counts (and, with `needs`, which of them are present), in any order (one
+state per set of members written and, where counted, per count of extras), or in any order
+with keys that may come again."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ REPEATING = "repeating"  # a "members" node's order: any, keys may come again
 
 
 def build_members(nfa, node, s: int, e: int) -> None:
-    """Build ("members", items, sep, extra, (lo, hi), order) between NFA states s and e."""
+    """Build ("members", items, sep, extra, (lo, hi), order, needs) between NFA states s and e
+    (needs: None, or for the schema's order, sets of item indices one of which must all be
+    present: an anyOf of `required` lists)."""
     if node[5] == REPEATING:
         repeating(nfa, node, s, e)
     elif node[5]:
@@ -21,11 +24,15 @@ def fixed_order(nfa, node, s: int, e: int) -> None:
     """Separated members in a fixed order, optional ones skippable, then any number of
     `extra` members, lo..hi of them in all; one track of states per count of members
     written so far (0 .. hi; where hi is None, counts from max(lo, 1) on are alike)."""
-    _, items, sep, extra, (lo, hi), _ = node
+    _, items, sep, extra, (lo, hi), _, needs = node
     top = max(lo, 1) if hi is None else hi
 
     def after(c: int) -> int | None:  # the track after one more member
         return c + 1 if c < top else (top if hi is None else None)
+
+    if needs is not None:
+        _fixed_order_needing(nfa, node, s, e, after)
+        return
 
     track = [s] + [nfa.new() for _ in range(top)]
     for item, required in items:
@@ -43,12 +50,72 @@ def fixed_order(nfa, node, s: int, e: int) -> None:
             nfa.eps += (p, e)
 
 
+def _fixed_order_needing(nfa, node, s: int, e: int, after) -> None:
+    """fixed_order where one of the sets of item indices `needs` must all be present: the
+    tracks are kept per count and per what is still needed (the sets of the items left that
+    would complete one of `needs`, without their supersets), so an object is one automaton,
+    not one per set (an anyOf over `required` lists made parallel copies of the object)."""
+    _, items, sep, extra, (lo, _), _, needs = node
+    track = {(0, _least(needs)): s}
+    for i, (item, required) in enumerate(items):
+        nxt: dict[tuple, int] = {}
+        mids: dict[tuple, int] = {}
+        for (c, left), p in track.items():
+            target = (after(c), _least(frozenset(n - {i} for n in left)))
+            if target[0] is not None and target[1]:
+                mid = mids.get(target)
+                if mid is None:
+                    mid = mids[target] = nfa.new()
+                    if target not in nxt:
+                        nxt[target] = nfa.new()
+                    nfa.build(item, mid, nxt[target])
+                if c == 0:
+                    nfa.eps += (p, mid)
+                else:
+                    nfa.build(sep, p, mid)
+            skipped = (c, frozenset(n for n in left if i not in n))
+            if not required and skipped[1]:
+                if skipped not in nxt:
+                    nxt[skipped] = nfa.new()
+                nfa.eps += (p, nxt[skipped])
+        track = nxt
+    if extra is not None:  # extras' keys may repeat: toward lo only the first counts
+        mids = {}
+        todo = sorted(track, key=lambda key: key[0])
+        while todo:  # by count: an extra leads to a higher one, or to the same (the top)
+            c, left = source = todo.pop(0)
+            target = (after(c) if c + 1 >= lo else None, left)
+            if target[0] is None:
+                continue
+            if target not in track:
+                track[target] = nfa.new()
+                todo.append(target)
+            mid = mids.get(target)
+            if mid is None:
+                mid = mids[target] = nfa.new()
+                nfa.build(extra, mid, track[target])
+            if c == 0:
+                nfa.eps += (track[source], mid)
+            else:
+                nfa.build(sep, track[source], mid)
+    for (c, left), p in track.items():
+        if c >= lo and frozenset() in left:
+            nfa.eps += (p, e)
+
+
+def _least(sets: frozenset) -> frozenset:
+    """`sets` without those holding another (an empty set: one of them is complete)."""
+    if frozenset() in sets:
+        return frozenset({frozenset()})
+    return frozenset(x for x in sets if not any(y < x for y in sets))
+
+
 def any_order(nfa, node, s: int, e: int) -> None:
     """The items in any order, each at most once (the required ones all present, lo..hi
     members in all), extras anywhere: one state per set of items written (bit i: item i)
     and, where extras are counted, per count of extras (see extra_counts); each item and
     extra is built once per state it leads to."""
-    _, items, sep, extra, (lo, hi), _ = node
+    _, items, sep, extra, (lo, hi), _, _ = node
     n = len(items)
     top = extra_counts(node)
     if top is None:
@@ -87,7 +154,7 @@ def repeating(nfa, node, s: int, e: int) -> None:
     to track each set of them; no member counts): one state per set of required items
     written, and one for "only others written so far"; every member is built once per
     state it leads to, from that state and, for a required one, from the set without it."""
-    _, items, sep, extra, _, _ = node
+    _, items, sep, extra, _, _, _ = node
     required = [i for i, (_, req) in enumerate(items) if req]
     bit = {i: 1 << k for k, i in enumerate(required)}
     top = (1 << len(required)) - 1
@@ -112,7 +179,7 @@ def repeating(nfa, node, s: int, e: int) -> None:
 
 def _any_order_uncounted(nfa, node, s: int, e: int) -> None:
     """_members_any_order where extras do not count: the empty set after extras only."""
-    _, items, sep, extra, _, _ = node
+    _, items, sep, extra, _, _, _ = node
     n = len(items)
     state = {0: s}  # set of items written -> state; the empty set before anything
     for used in range(1, 1 << n):
@@ -181,7 +248,7 @@ def extra_counts(node) -> int | None:
     not counted (no extras, or no minProperties/maxProperties); else maxProperties (0: no
     extra at all), or 1 ("some") without one, as only one extra counts toward minProperties
     (their keys may repeat)."""
-    _, _, _, extra, (lo, hi), _ = node
+    _, _, _, extra, (lo, hi), _, _ = node
     if extra is None or (lo, hi) == (0, None):
         return None
     return 1 if hi is None else hi

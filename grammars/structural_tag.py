@@ -88,7 +88,7 @@ def _renamed(node: tuple, prefix: str) -> tuple:
     if kind == "frag":
         return ("frag", _renamed(node[1], prefix))
     if kind == "members":
-        _, items, sep, extra, counts, any_order = node
+        _, items, sep, extra, counts, any_order, needs = node
         return (
             "members",
             tuple((_renamed(n, prefix), required) for n, required in items),
@@ -96,5 +96,6 @@ def _renamed(node: tuple, prefix: str) -> tuple:
             None if extra is None else _renamed(extra, prefix),
             counts,
             any_order,
+            needs,
         )
     return node  # bytes and embedded DFAs hold no references

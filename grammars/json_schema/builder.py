@@ -33,6 +33,7 @@ from grammars.json_schema.constants import (
 from grammars.json_schema.containers import _ContainerNodes, _regex_search
 from grammars.json_schema.core import (
     _ANNOTATIONS,
+    _ASSERTIONS,
     _DEPENDENCY_KEYWORDS,
     _UNSUPPORTED,
     _constrains,
@@ -113,6 +114,37 @@ def schema_to_rules(
 
 
 # -- the builder --------------------------------------------------------------------------------
+
+_NEEDS_BESIDE = frozenset(
+    {"type", "properties", "required", "additionalProperties", "minProperties", "maxProperties"}
+)
+_MAX_NEEDED_SETS = 16
+
+
+def _needed_sets(base: dict, branches: list) -> list[list[str]] | None:
+    """An anyOf whose branches only list `required` keys, beside an object schema that names
+    them all in `properties` and holds no other assertion: the branches' key lists (an object
+    is valid when one of them is all present); else None."""
+    if (
+        _types_of(base) != ["object"]
+        or not isinstance(base.get("properties"), dict)
+        or not isinstance(base.get("required", []), list)
+        or any(k in _ASSERTIONS and k not in _NEEDS_BESIDE for k in base)
+        or len(branches) > _MAX_NEEDED_SETS
+    ):
+        return None
+    props = base["properties"]
+    needs = []
+    for branch in branches:
+        if not isinstance(branch, dict) or set(branch) - _ANNOTATIONS != {"required"}:
+            return None
+        keys = branch["required"]
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k in props for k in keys):
+            return None
+        needs.append(keys)
+    return needs
+
+
 class _Builder(_ContainerNodes):
     def __init__(
         self,
@@ -360,6 +392,10 @@ class _Builder(_ContainerNodes):
         if not isinstance(branches, list) or not branches:
             raise GrammarError(f"{key} must be a non-empty list at {path}")
         derefs = [self._deref(b, path) for b in branches]
+        if key == "anyOf" and self.property_order != "any":
+            needs = _needed_sets(base, derefs)
+            if needs is not None:  # branches that only list required keys: one object
+                return self.object_node(base, path, needs)
         if key == "oneOf":
             variants = presence_variants(base, derefs)
             if variants is not None:  # branches that only say which keys are present

@@ -198,7 +198,9 @@ class _ContainerNodes:
             distinct.setdefault(key, v)
         return list(distinct.values())
 
-    def object_node(self, schema: dict, path: str) -> tuple:
+    def object_node(self, schema: dict, path: str, needs=None) -> tuple:
+        """An object of `schema`; `needs` (names of properties it lists): sets of names one of
+        which must all be present, kept by one automaton (members.fixed_order)."""
         props = schema.get("properties") or {}
         if not isinstance(props, dict):
             raise GrammarError(f"properties must be an object at {path}")
@@ -247,16 +249,19 @@ class _ContainerNodes:
         sep = self.member_sep
         if any_order:
             items, extra = self._member_rules(items, extra)
-        members = ("members", tuple(items), sep, extra, counts, any_order)
+        if needs is not None:  # (in the schema's order only: the builder checks)
+            index = {name: i for i, name in enumerate(names)}
+            needs = frozenset(frozenset(index[name] for name in n) for n in needs)
+        members = ("members", tuple(items), sep, extra, counts, any_order, needs)
         if any_order and node_size(members, _MAX_ANY_ORDER, True) > _MAX_ANY_ORDER:
             # too many sets of properties to track: keys may come again, each value checked
             # (as extra keys may), or else the schema's order
-            members = ("members", tuple(items), sep, extra, counts, REPEATING)
+            members = ("members", tuple(items), sep, extra, counts, REPEATING, None)
             if counts == (0, None) and node_size(members, _MAX_ANY_ORDER, True) <= _MAX_ANY_ORDER:
                 self.inexact["repeat"] += 1
             else:
                 any_order = False
-                members = ("members", tuple(items), sep, extra, counts, False)
+                members = ("members", tuple(items), sep, extra, counts, False, None)
         if not any_order and len(items) + (extra is not None) > 1:  # members in one order
             self.inexact["order"] += 1
         return cat(lit("{"), self.ws, members, self.ws, lit("}"))
@@ -304,7 +309,7 @@ class _ContainerNodes:
                 )
             self.inexact["counts"] += 1
         if (lo, hi) != (0, None):
-            members = ("members", tuple(items), self.item_sep, extra, (lo, hi), False)
+            members = ("members", tuple(items), self.item_sep, extra, (lo, hi), False, None)
             if node_size(members, _MAX_COUNTED, True) > _MAX_COUNTED:
                 raise GrammarError(
                     f"minProperties/maxProperties: too many properties to count ({path})"
