@@ -163,6 +163,9 @@ def has_room(dfa: DFAArrays, states: int) -> bool:
     )
 
 
+_MEMBERS_PER_ROW, _PUSHES_PER_ROW = 8, 2  # the room grown with the rows
+
+
 def grown(dfa: DFAArrays, states: int = 0) -> DFAArrays:
     """Copies of the arrays with room for what the last call wanted, and for `states` more
     states (of a few members each)."""
@@ -173,23 +176,30 @@ def grown(dfa: DFAArrays, states: int = 0) -> DFAArrays:
     cap = dfa.accept.shape[0]
     while n + 1 + states >= cap:  # by fours: the tables' rows are copied at each growth, and
         cap *= 4  # calloc's pages of rows not yet written are never touched
+    # every growth is a kernel call begun again: the hash, the member lists and the pushes
+    # grow with the rows, so that they seldom run out first (their zeros are calloc's too)
     size = dfa.hkey.shape[0]
-    rehashed = 2 * (n + 1 + states) > size
-    while 2 * (n + 1 + states) > size:
+    rehashed = 2 * (n + 1 + states) > size or size < 2 * cap
+    while 2 * (n + 1 + states) > size or size < 2 * cap:
         size *= 4
+    mem_size = 2 * (used + want) if used + want > len(dfa.mem) else 0
+    push_size = 2 * (pushes + want) if pushes + want > room else 0
+    if cap > dfa.accept.shape[0]:
+        mem_size = max(mem_size, _MEMBERS_PER_ROW * cap)
+        push_size = max(push_size, _PUSHES_PER_ROW * cap)
     out = DFAArrays(
         table=enlarged(dfa.table, cap),
         viable=enlarged(dfa.viable, cap),
         accept=enlarged(dfa.accept, cap),
         done=enlarged(dfa.done, cap),
         m_ptr=enlarged(dfa.m_ptr, cap + 1),
-        mem=dfa.mem if used + want <= len(dfa.mem) else enlarged(dfa.mem, 2 * (used + want)),
+        mem=enlarged(dfa.mem, mem_size),
         hkey=dfa.hkey if not rehashed else np.full(size, -1, np.int64),
         hcode=dfa.hcode if not rehashed else np.zeros(size, np.int64),
         push_start=enlarged(dfa.push_start, cap),
         push_count=enlarged(dfa.push_count, cap, -1),
-        push_rule=enlarged(dfa.push_rule, 2 * (pushes + want) if pushes + want > room else 0),
-        push_ret=enlarged(dfa.push_ret, 2 * (pushes + want) if pushes + want > room else 0),
+        push_rule=enlarged(dfa.push_rule, push_size),
+        push_ret=enlarged(dfa.push_ret, push_size),
         meta=dfa.meta,
     )
     if rehashed:
