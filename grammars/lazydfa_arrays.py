@@ -130,7 +130,7 @@ def started_dfa(nfa: NFAArrays, starts: list[int]) -> tuple[DFAArrays, list[int]
     those states, in one compiled call unless the arrays must grow."""
     out = np.zeros(len(starts), np.int64)
     seeds = np.array(starts, np.int64)
-    code, dfa = fastcall.call(_started, nfa, seeds, out, 32)
+    code, dfa = fastcall.call(_started, nfa, seeds, out, 128)
     while code == NEED_SPACE:
         dfa = grown(dfa)
         code = intern_starts(nfa, dfa, seeds, out)
