@@ -56,12 +56,12 @@ def _fixed_order_needing(nfa, node, s: int, e: int, after) -> None:
     would complete one of `needs`, without their supersets), so an object is one automaton,
     not one per set (an anyOf over `required` lists made parallel copies of the object)."""
     _, items, sep, extra, (lo, _), _, needs = node
-    track = {(0, _least(needs)): s}
+    track = {(0, least_sets(needs)): s}
     for i, (item, required) in enumerate(items):
         nxt: dict[tuple, int] = {}
         mids: dict[tuple, int] = {}
         for (c, left), p in track.items():
-            target = (after(c), _least(frozenset(n - {i} for n in left)))
+            target = (after(c), least_sets(frozenset(n - {i} for n in left)))
             if target[0] is not None and target[1]:
                 mid = mids.get(target)
                 if mid is None:
@@ -103,7 +103,7 @@ def _fixed_order_needing(nfa, node, s: int, e: int, after) -> None:
             nfa.eps += (p, e)
 
 
-def _least(sets: frozenset) -> frozenset:
+def least_sets(sets: frozenset) -> frozenset:
     """`sets` without those holding another (an empty set: one of them is complete)."""
     if frozenset() in sets:
         return frozenset({frozenset()})

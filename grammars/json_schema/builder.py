@@ -64,6 +64,7 @@ from grammars.json_schema.one_of import (
 from grammars.json_schema.rewrite import _merge, _split_dependencies, draft_level, in_draft
 from grammars.json_schema.strings import RESTRICTED_FORMATS, _string_literal, string_node
 from grammars.json_schema.unique import UniquePlan
+from grammars.members import least_sets
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
@@ -119,12 +120,15 @@ _NEEDS_BESIDE = frozenset(
     {"type", "properties", "required", "additionalProperties", "minProperties", "maxProperties"}
 )
 _MAX_NEEDED_SETS = 16
+_MAX_NEEDED_CLASSES = 16  # what may still be needed, per position among the properties
 
 
 def _needed_sets(base: dict, branches: list) -> list[list[str]] | None:
     """An anyOf whose branches only list `required` keys, beside an object schema that names
     them all in `properties` and holds no other assertion: the branches' key lists (an object
-    is valid when one of them is all present); else None."""
+    is valid when one of them is all present); else None, also where the object would take
+    more than _MAX_NEEDED_CLASSES states of what is still needed at some property (each holds
+    a copy of the members after it: members._fixed_order_needing)."""
     if (
         _types_of(base) != ["object"]
         or not isinstance(base.get("properties"), dict)
@@ -142,6 +146,17 @@ def _needed_sets(base: dict, branches: list) -> list[list[str]] | None:
         if not isinstance(keys, list) or not all(isinstance(k, str) and k in props for k in keys):
             return None
         needs.append(keys)
+    classes = {least_sets(frozenset(frozenset(keys) for keys in needs))}
+    for name in props:  # every property taken or skipped, as members._fixed_order_needing
+        nxt = set()
+        for left in classes:
+            nxt.add(least_sets(frozenset(n - {name} for n in left)))
+            skipped = frozenset(n for n in left if name not in n)
+            if skipped:
+                nxt.add(skipped)
+        classes = nxt
+        if len(classes) > _MAX_NEEDED_CLASSES:
+            return None
     return needs
 
 

@@ -82,6 +82,8 @@ def node_size(node, cap: int | None = None, exact: bool = False) -> int:
             tracks = copies * max(lo if hi is None else hi, 1)
             if n[5]:
                 tracks = copies * member_copies(n)
+            elif n[6] is not None:  # and per what is still needed (at most 16 of them)
+                tracks *= min(len(n[6]) + 1, 16)
             todo.extend((i, tracks) for i, _ in n[1])
             todo.append((n[2], tracks * len(n[1])))  # a separator before each member
             if n[3]:

@@ -124,3 +124,16 @@ def test_random_key_sets_judged_as_jsonschema_does(checker, branches, required, 
     for doc in _documents():
         text = json.dumps(doc)
         assert checker.accepts(grammar, text, check_masks=False) == validator.is_valid(doc), doc
+
+
+def test_too_many_states_of_what_is_still_needed_left_to_branches(checker):
+    """Six branches of two keys each: what may still be needed takes up to 3**6 states at a
+    property (each holding a copy of the members after it), so the anyOf keeps its branches."""
+    props = {f"k{i}": {"type": "integer"} for i in range(12)}
+    branches = [{"required": [f"k{i}", f"k{i + 6}"]} for i in range(6)]
+    base = {"type": "object", "properties": props, "additionalProperties": False}
+    assert _needed_sets(base, branches) is None
+    assert _needed_sets(base, branches[:2]) is not None
+    grammar = checker.compiler.compile_json_schema({**base, "anyOf": branches})
+    assert checker.accepts(grammar, json.dumps({"k2": 1, "k8": 2}))
+    assert not checker.accepts(grammar, json.dumps({"k2": 1, "k9": 2}))
