@@ -33,7 +33,6 @@ from grammars.json_schema.constants import (
 from grammars.json_schema.containers import _ContainerNodes, _regex_search
 from grammars.json_schema.core import (
     _ANNOTATIONS,
-    _ASSERTIONS,
     _DEPENDENCY_KEYWORDS,
     _UNSUPPORTED,
     _constrains,
@@ -58,13 +57,13 @@ from grammars.json_schema.numbers import (
 from grammars.json_schema.one_of import (
     OneOfProofs,
     exclusive_dfas,
+    needed_sets,
     presence_variants,
     text_complete,
 )
 from grammars.json_schema.rewrite import _merge, _split_dependencies, draft_level, in_draft
 from grammars.json_schema.strings import RESTRICTED_FORMATS, _string_literal, string_node
 from grammars.json_schema.unique import UniquePlan
-from grammars.members import least_sets
 
 _WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
@@ -115,49 +114,6 @@ def schema_to_rules(
 
 
 # -- the builder --------------------------------------------------------------------------------
-
-_NEEDS_BESIDE = frozenset(
-    {"type", "properties", "required", "additionalProperties", "minProperties", "maxProperties"}
-)
-_MAX_NEEDED_SETS = 16
-_MAX_NEEDED_CLASSES = 16  # what may still be needed, per position among the properties
-
-
-def _needed_sets(base: dict, branches: list) -> list[list[str]] | None:
-    """An anyOf whose branches only list `required` keys, beside an object schema that names
-    them all in `properties` and holds no other assertion: the branches' key lists (an object
-    is valid when one of them is all present); else None, also where the object would take
-    more than _MAX_NEEDED_CLASSES states of what is still needed at some property (each holds
-    a copy of the members after it: members._fixed_order_needing)."""
-    if (
-        _types_of(base) != ["object"]
-        or not isinstance(base.get("properties"), dict)
-        or not isinstance(base.get("required", []), list)
-        or any(k in _ASSERTIONS and k not in _NEEDS_BESIDE for k in base)
-        or len(branches) > _MAX_NEEDED_SETS
-    ):
-        return None
-    props = base["properties"]
-    needs = []
-    for branch in branches:
-        if not isinstance(branch, dict) or set(branch) - _ANNOTATIONS != {"required"}:
-            return None
-        keys = branch["required"]
-        if not isinstance(keys, list) or not all(isinstance(k, str) and k in props for k in keys):
-            return None
-        needs.append(keys)
-    classes = {least_sets(frozenset(frozenset(keys) for keys in needs))}
-    for name in props:  # every property taken or skipped, as members._fixed_order_needing
-        nxt = set()
-        for left in classes:
-            nxt.add(least_sets(frozenset(n - {name} for n in left)))
-            skipped = frozenset(n for n in left if name not in n)
-            if skipped:
-                nxt.add(skipped)
-        classes = nxt
-        if len(classes) > _MAX_NEEDED_CLASSES:
-            return None
-    return needs
 
 
 class _Builder(_ContainerNodes):
@@ -408,7 +364,7 @@ class _Builder(_ContainerNodes):
             raise GrammarError(f"{key} must be a non-empty list at {path}")
         derefs = [self._deref(b, path) for b in branches]
         if key == "anyOf" and self.property_order != "any":
-            needs = _needed_sets(base, derefs)
+            needs = needed_sets(base, derefs)
             if needs is not None:  # branches that only list required keys: one object
                 return self.object_node(base, path, needs)
         if key == "oneOf":

@@ -5,6 +5,10 @@ of them. Where that cannot be proved, the branches are narrowed (`separated_bran
 every value a narrowed branch admits matches no other original branch: sound, and exact except
 for the documented key restriction. Small regular branches that do overlap are made exclusive
 by automaton differences instead (exclusive_dfas).
+
+Branches that only say which keys an object holds: for a oneOf, one object schema per
+presence pattern (presence_variants); for an anyOf of `required` lists, the key sets for one
+object automaton that tracks which are still needed (needed_sets).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from grammars.errors import GrammarError
 from grammars.json_schema.constants import common_values, scalar_keys
 from grammars.json_schema.core import (
     _ANNOTATIONS,
+    _ASSERTIONS,
     _TYPE_KEYWORDS,
     _constants,
     _has_rules,
@@ -26,6 +31,7 @@ from grammars.json_schema.core import (
 )
 from grammars.json_schema.negation import canonical_texts
 from grammars.json_schema.strings import _pattern_dfa
+from grammars.members import least_sets
 
 _ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
 # keywords that constrain values of every type (or whose effect is not read here)
@@ -400,3 +406,47 @@ def presence_variants(base: dict, branches: list) -> list[dict] | None:
         variant["properties"] = {**props, **{k: False for k in keys if k not in present}}
         variants.append(variant)
     return variants if len(variants) <= _MAX_PRESENCE_VARIANTS else None
+
+
+_NEEDS_BESIDE = frozenset(
+    {"type", "properties", "required", "additionalProperties", "minProperties", "maxProperties"}
+)
+_MAX_NEEDED_SETS = 16
+_MAX_NEEDED_CLASSES = 16  # what may still be needed, per position among the properties
+
+
+def needed_sets(base: dict, branches: list) -> list[list[str]] | None:
+    """An anyOf whose branches only list `required` keys, beside an object schema that names
+    them all in `properties` and holds no other assertion: the branches' key lists (an object
+    is valid when one of them is all present); else None, also where the object would take
+    more than _MAX_NEEDED_CLASSES states of what is still needed at some property (each holds
+    a copy of the members after it: members._fixed_order_needing)."""
+    if (
+        _types_of(base) != ["object"]
+        or not isinstance(base.get("properties"), dict)
+        or not isinstance(base.get("required", []), list)
+        or any(k in _ASSERTIONS and k not in _NEEDS_BESIDE for k in base)
+        or len(branches) > _MAX_NEEDED_SETS
+    ):
+        return None
+    props = base["properties"]
+    needs = []
+    for branch in branches:
+        if not isinstance(branch, dict) or set(branch) - _ANNOTATIONS != {"required"}:
+            return None
+        keys = branch["required"]
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k in props for k in keys):
+            return None
+        needs.append(keys)
+    classes = {least_sets(frozenset(frozenset(keys) for keys in needs))}
+    for name in props:  # every property taken or skipped, as members._fixed_order_needing
+        nxt = set()
+        for left in classes:
+            nxt.add(least_sets(frozenset(n - {name} for n in left)))
+            skipped = frozenset(n for n in left if name not in n)
+            if skipped:
+                nxt.add(skipped)
+        classes = nxt
+        if len(classes) > _MAX_NEEDED_CLASSES:
+            return None
+    return needs

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grammars.errors import GrammarError
-from grammars.json_schema.builder import _needed_sets
+from grammars.json_schema.one_of import needed_sets
 
 _PROPS = {"a": {"type": "integer"}, "b": {"type": "boolean"}, "c": {"type": "string"}, "d": {}}
 _VALUES = {"a": 1, "b": True, "c": "x", "d": None}
@@ -53,7 +53,7 @@ def _documents():
 @pytest.mark.parametrize("branches, beside", _CASES)
 def test_objects_judged_as_jsonschema_does(checker, branches, beside):
     schema = _schema(branches, **beside)
-    assert _needed_sets({k: v for k, v in schema.items() if k != "anyOf"}, schema["anyOf"])
+    assert needed_sets({k: v for k, v in schema.items() if k != "anyOf"}, schema["anyOf"])
     grammar = checker.compiler.compile_json_schema(schema)
     for doc in _documents():
         expected = jsonschema.Draft202012Validator(schema).is_valid(doc)
@@ -90,7 +90,7 @@ def test_one_stack_inside_the_object(checker, order):
 def test_other_anyofs_left_to_branches(checker, beside, branches):
     """Only required lists, of keys the properties name, beside nothing but object keywords;
     anything else keeps one branch per object (and the same answers)."""
-    assert _needed_sets(beside, branches) is None
+    assert needed_sets(beside, branches) is None
     schema = {**beside, "anyOf": branches}
     if "not" in schema:
         return
@@ -132,8 +132,8 @@ def test_too_many_states_of_what_is_still_needed_left_to_branches(checker):
     props = {f"k{i}": {"type": "integer"} for i in range(12)}
     branches = [{"required": [f"k{i}", f"k{i + 6}"]} for i in range(6)]
     base = {"type": "object", "properties": props, "additionalProperties": False}
-    assert _needed_sets(base, branches) is None
-    assert _needed_sets(base, branches[:2]) is not None
+    assert needed_sets(base, branches) is None
+    assert needed_sets(base, branches[:2]) is not None
     grammar = checker.compiler.compile_json_schema({**base, "anyOf": branches})
     assert checker.accepts(grammar, json.dumps({"k2": 1, "k8": 2}))
     assert not checker.accepts(grammar, json.dumps({"k2": 1, "k9": 2}))
