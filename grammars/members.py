@@ -6,6 +6,7 @@ with keys that may come again."""
 from __future__ import annotations
 
 REPEATING = "repeating"  # a "members" node's order: any, keys may come again
+MAX_NEEDED_CLASSES = 16  # states of what is still needed at a member (json_schema.one_of)
 
 
 def build_members(nfa, node, s: int, e: int) -> None:
@@ -52,28 +53,21 @@ def fixed_order(nfa, node, s: int, e: int) -> None:
 
 def _fixed_order_needing(nfa, node, s: int, e: int, after) -> None:
     """fixed_order where one of the sets of item indices `needs` must all be present: the
-    tracks are kept per count and per what is still needed (the sets of the items left that
-    would complete one of `needs`, without their supersets), so an object is one automaton,
-    not one per set (an anyOf over `required` lists made parallel copies of the object)."""
+    tracks are kept per count and per what is still needed (needed_after), so an object is
+    one automaton, not one per set (an anyOf over `required` lists made parallel copies of
+    the object)."""
     _, items, sep, extra, (lo, _), _, needs = node
     track = {(0, least_sets(needs)): s}
     for i, (item, required) in enumerate(items):
         nxt: dict[tuple, int] = {}
-        mids: dict[tuple, int] = {}
+        mids: dict[int, int] = {}
         for (c, left), p in track.items():
-            target = (after(c), least_sets(frozenset(n - {i} for n in left)))
+            target = (after(c), needed_after(left, i, True))
             if target[0] is not None and target[1]:
-                mid = mids.get(target)
-                if mid is None:
-                    mid = mids[target] = nfa.new()
-                    if target not in nxt:
-                        nxt[target] = nfa.new()
-                    nfa.build(item, mid, nxt[target])
-                if c == 0:
-                    nfa.eps += (p, mid)
-                else:
-                    nfa.build(sep, p, mid)
-            skipped = (c, frozenset(n for n in left if i not in n))
+                if target not in nxt:
+                    nxt[target] = nfa.new()
+                _member_from(nfa, item, sep, mids, p, c, nxt[target])
+            skipped = (c, needed_after(left, i, False))
             if not required and skipped[1]:
                 if skipped not in nxt:
                     nxt[skipped] = nfa.new()
@@ -90,17 +84,18 @@ def _fixed_order_needing(nfa, node, s: int, e: int, after) -> None:
             if target not in track:
                 track[target] = nfa.new()
                 todo.append(target)
-            mid = mids.get(target)
-            if mid is None:
-                mid = mids[target] = nfa.new()
-                nfa.build(extra, mid, track[target])
-            if c == 0:
-                nfa.eps += (track[source], mid)
-            else:
-                nfa.build(sep, track[source], mid)
+            _member_from(nfa, extra, sep, mids, track[source], c, track[target])
     for (c, left), p in track.items():
         if c >= lo and frozenset() in left:
             nfa.eps += (p, e)
+
+
+def needed_after(left: frozenset, key, taken: bool) -> frozenset:
+    """What is still needed (sets of keys, one of which must all come) after `key` is taken
+    or passed over; empty: nothing can complete a set any more."""
+    if taken:
+        return least_sets(frozenset(n - {key} for n in left))
+    return frozenset(n for n in left if key not in n)
 
 
 def least_sets(sets: frozenset) -> frozenset:
@@ -223,16 +218,22 @@ def _member_steps(nfa, item, sep, track: list, nxt: list, after) -> None:
     mids: dict[int, int] = {}
     for c, p in enumerate(track):
         target = after(c)
-        if target is None:
-            continue
-        mid = mids.get(target)
-        if mid is None:
-            mid = mids[target] = nfa.new()
-            nfa.build(item, mid, nxt[target])
-        if c == 0:
-            nfa.eps += (p, mid)
-        else:
-            nfa.build(sep, p, mid)
+        if target is not None:
+            _member_from(nfa, item, sep, mids, p, c, nxt[target])
+
+
+def _member_from(nfa, item, sep, mids: dict, source: int, count: int, target: int) -> None:
+    """One member from state `source` (after `count` members: a separator first unless 0) to
+    state `target`, through the single copy of the member that leads there (mids: target ->
+    the state before that copy)."""
+    mid = mids.get(target)
+    if mid is None:
+        mid = mids[target] = nfa.new()
+        nfa.build(item, mid, target)
+    if count == 0:
+        nfa.eps += (source, mid)
+    else:
+        nfa.build(sep, source, mid)
 
 
 def member_copies(node) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
-from grammars.members import member_copies
+from grammars.members import MAX_NEEDED_CLASSES, member_copies
 
 # keywords that only annotate
 _ANNOTATIONS = {
@@ -82,8 +82,8 @@ def node_size(node, cap: int | None = None, exact: bool = False) -> int:
             tracks = copies * max(lo if hi is None else hi, 1)
             if n[5]:
                 tracks = copies * member_copies(n)
-            elif n[6] is not None:  # and per what is still needed (at most 16 of them)
-                tracks *= min(len(n[6]) + 1, 16)
+            elif n[6] is not None:  # and per what is still needed
+                tracks *= min(len(n[6]) + 1, MAX_NEEDED_CLASSES)
             todo.extend((i, tracks) for i, _ in n[1])
             todo.append((n[2], tracks * len(n[1])))  # a separator before each member
             if n[3]:

@@ -31,7 +31,7 @@ from grammars.json_schema.core import (
 )
 from grammars.json_schema.negation import canonical_texts
 from grammars.json_schema.strings import _pattern_dfa
-from grammars.members import least_sets
+from grammars.members import MAX_NEEDED_CLASSES, least_sets, needed_after
 
 _ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
 # keywords that constrain values of every type (or whose effect is not read here)
@@ -412,14 +412,13 @@ _NEEDS_BESIDE = frozenset(
     {"type", "properties", "required", "additionalProperties", "minProperties", "maxProperties"}
 )
 _MAX_NEEDED_SETS = 16
-_MAX_NEEDED_CLASSES = 16  # what may still be needed, per position among the properties
 
 
 def needed_sets(base: dict, branches: list) -> list[list[str]] | None:
     """An anyOf whose branches only list `required` keys, beside an object schema that names
     them all in `properties` and holds no other assertion: the branches' key lists (an object
     is valid when one of them is all present); else None, also where the object would take
-    more than _MAX_NEEDED_CLASSES states of what is still needed at some property (each holds
+    more than MAX_NEEDED_CLASSES states of what is still needed at some property (each holds
     a copy of the members after it: members._fixed_order_needing)."""
     if (
         _types_of(base) != ["object"]
@@ -439,14 +438,9 @@ def needed_sets(base: dict, branches: list) -> list[list[str]] | None:
             return None
         needs.append(keys)
     classes = {least_sets(frozenset(frozenset(keys) for keys in needs))}
-    for name in props:  # every property taken or skipped, as members._fixed_order_needing
-        nxt = set()
-        for left in classes:
-            nxt.add(least_sets(frozenset(n - {name} for n in left)))
-            skipped = frozenset(n for n in left if name not in n)
-            if skipped:
-                nxt.add(skipped)
-        classes = nxt
-        if len(classes) > _MAX_NEEDED_CLASSES:
+    for name in props:  # every property taken or passed over, as members._fixed_order_needing
+        classes = {needed_after(left, name, taken) for left in classes for taken in (True, False)}
+        classes.discard(frozenset())
+        if len(classes) > MAX_NEEDED_CLASSES:
             return None
     return needs
