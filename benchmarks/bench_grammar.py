@@ -58,7 +58,10 @@ class Radixgen:
     property_order = "schema"
 
     def __init__(self, tok):
-        self.gc = GrammarCompiler(tok)
+        # no grammar cache, as xgrammar runs below: each schema is compiled once, and a full
+        # cache would free the grammar it evicts inside the next compile's time, where the
+        # others free theirs when the loop drops it (grammars/compiler.py caches 64 by default)
+        self.gc = GrammarCompiler(tok, cache_size=0)
         self.words = self.gc.vocab.words
         self.eos = int(self.gc.vocab.eos_ids[0])
 

@@ -28,7 +28,8 @@ _MIN_CHOICE_SET = 32  # more choices become one minimal DFA rather than an alter
 
 
 class GrammarCompiler:
-    """Builds the vocabulary of a Hugging Face tokenizer once; compiles constraints against it."""
+    """Builds the vocabulary of a Hugging Face tokenizer once; compiles constraints against it,
+    keeping the last `cache_size` grammars compiled (0: none, each compile builds anew)."""
 
     def __init__(self, tokenizer, vocab_size: int | None = None, cache_size: int = 64):
         info = (
@@ -54,6 +55,8 @@ class GrammarCompiler:
                 self._cache.move_to_end(key)
                 return hit
         grammar = CompiledGrammar(_machine(build), self.vocab, key[0])
+        if not self._cache_size:
+            return grammar
         with self._lock:
             self._cache[key] = grammar
             while len(self._cache) > self._cache_size:

@@ -3,6 +3,7 @@ not, enum, const)."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from itertools import compress
 
@@ -116,6 +117,25 @@ def schema_to_rules(
 # -- the builder --------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
+def _separators(any_whitespace: bool, separators: tuple | None, max_ws: int | None) -> tuple:
+    """(whitespace, item separator, key separator, the two before a rule reference, the
+    item and key separators between an object's members): the same nodes for every schema
+    compiled with these options."""
+    if any_whitespace:
+        ws = rep(_WS, 0, max_ws)
+        item_sep, key_sep = cat(ws, lit(","), ws), cat(ws, lit(":"), ws)
+        # before a rule reference the whitespace after the separator belongs to the rule
+        # (rules start with optional whitespace), so no push follows a whitespace loop
+        item_push, key_push = cat(ws, lit(",")), cat(ws, lit(":"))
+    else:
+        item, key = separators or (", ", ": ")
+        ws, item_sep, key_sep = EMPTY, lit(item), lit(key)
+        item_push, key_push = item_sep, key_sep
+    # the separators between an object's members, one node for all of them
+    return ws, item_sep, key_sep, item_push, key_push, shared(item_sep), shared(key_sep)
+
+
 class _Builder(_ContainerNodes):
     def __init__(
         self,
@@ -130,22 +150,15 @@ class _Builder(_ContainerNodes):
         self.options = (any_whitespace, separators, strict, max_ws, max_digits)
         self.strict = strict
         self.max_digits = max_digits  # longest digit run of an unbounded number (None: any)
-        if any_whitespace:
-            ws = rep(_WS, 0, max_ws)
-            self.ws = ws
-            self.item_sep = cat(ws, lit(","), ws)
-            self.key_sep = cat(ws, lit(":"), ws)
-            # before a rule reference the whitespace after the separator belongs to the rule
-            # (rules start with optional whitespace), so no push follows a whitespace loop
-            self.item_sep_push = cat(ws, lit(","))
-            self.key_sep_push = cat(ws, lit(":"))
-        else:
-            item, key = separators or (", ", ": ")
-            self.ws = EMPTY
-            self.item_sep, self.key_sep = lit(item), lit(key)
-            self.item_sep_push, self.key_sep_push = self.item_sep, self.key_sep
-        # the separators between an object's members, one node for all of them
-        self.member_sep, self.member_key_sep = shared(self.item_sep), shared(self.key_sep)
+        (
+            self.ws,
+            self.item_sep,
+            self.key_sep,
+            self.item_sep_push,
+            self.key_sep_push,
+            self.member_sep,
+            self.member_key_sep,
+        ) = _separators(any_whitespace, tuple(separators) if separators else None, max_ws)
         draft = str(root.get("$schema", "")) if isinstance(root, dict) else ""
         self.ref_siblings_apply = "2019-09" in draft or "2020-12" in draft or not draft
         self.draft = (

@@ -294,14 +294,30 @@ def _without(schema, unknown: frozenset, depth: int):
         return schema
     if depth > 512:
         raise GrammarError("schema nested too deeply")
-    out = {k: v for k, v in schema.items() if k not in unknown}
-    for k in _SCHEMA_VALUED:
-        if isinstance(out.get(k), dict):
-            out[k] = _without(out[k], unknown, depth + 1)
-    for k in _SCHEMA_MAPS + ("dependencies",):
-        if isinstance(out.get(k), dict):
-            out[k] = {n: _without(s, unknown, depth + 1) for n, s in out[k].items()}
-    for k in _SCHEMA_LISTS:
-        if isinstance(out.get(k), list):
-            out[k] = [_without(s, unknown, depth + 1) for s in out[k]]
-    return out
+    out = None  # a copy, made at the first change
+    for k, v in schema.items():
+        if k in unknown:
+            new = _DROPPED
+        elif isinstance(v, dict) and k in _SCHEMA_VALUED:
+            new = _without(v, unknown, depth + 1)
+        elif isinstance(v, dict) and (k in _SCHEMA_MAPS or k == "dependencies"):
+            new = {n: _without(sub, unknown, depth + 1) for n, sub in v.items()}
+            if all(a is b for a, b in zip(new.values(), v.values())):
+                new = v
+        elif isinstance(v, list) and k in _SCHEMA_LISTS:
+            new = [_without(sub, unknown, depth + 1) for sub in v]
+            if all(a is b for a, b in zip(new, v)):
+                new = v
+        else:
+            continue
+        if new is not v:
+            if out is None:
+                out = dict(schema)
+            if new is _DROPPED:
+                del out[k]
+            else:
+                out[k] = new
+    return schema if out is None else out
+
+
+_DROPPED = object()  # _without's mark of a keyword to leave out

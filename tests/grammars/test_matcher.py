@@ -277,6 +277,15 @@ def test_compiled_grammars_are_cached_and_shared(compiler):
     assert m.accept_string('[1, {"a": null}]') and m.is_completed()
 
 
+def test_a_compiler_without_a_cache_compiles_each_time(compiler):
+    from grammars import GrammarCompiler
+
+    uncached = GrammarCompiler(compiler.vocab.info, cache_size=0)
+    a = uncached.compile_json_schema({"type": "integer"})
+    b = uncached.compile_json_schema({"type": "integer"})
+    assert a is not b and a.matcher().accept_string("12") and b.matcher().accept_string("-3")
+
+
 def test_sentencepiece_byte_fallback_vocabulary(sentencepiece_tokenizer):
     from grammars import GrammarCompiler
 
