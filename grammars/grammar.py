@@ -203,7 +203,10 @@ class CompiledGrammar:
         self._rule_start = np.array(machine.rule_start, np.int64)
         self._singles: dict[int, int] = {}  # stack -> the set of it alone
         # Python copies of what the arrays hold, for lookups without a compiled call
-        self._closures: dict[int, tuple[tuple[int, ...], bool]] = {}
+        # (kept without tuples where they can be: every object kept is one more for the cyclic
+        # collector to count and walk, and its collections land in fills and compiles)
+        self._closures: dict[int, int | tuple[int, ...]] = {}  # the members (one: an int)
+        self._complete: dict[int, bool] = {}
         self._steps: dict[int, int] = {}
         self._live: dict[int, list[int]] = {}
         self._masks: dict[int, np.ndarray] = {}
@@ -213,7 +216,9 @@ class CompiledGrammar:
         # state * vocabulary size + token id -> the state after it, for ordinary tokens read
         # once (int keys: no tuples to allocate, and nothing for the cyclic collector)
         self._token_steps: dict[int, int] = {}
-        self._walks: dict[tuple[int, bytes | None], tuple[np.ndarray, np.ndarray]] = {}
+        # frame walks by g (int), or by g and the bytes below (bytes): allowed rows, candidates
+        self._walks: dict[int | bytes, np.ndarray] = {}
+        self._walk_candidates: dict[int | bytes, np.ndarray] = {}
         self._lock = threading.RLock()
         self._mask_cap = max(256, _MASK_CACHE_BYTES // (4 * vocab.words))
         self._walk_bytes = 0  # held by _walks (packed tokens and candidate ids)
@@ -259,18 +264,18 @@ class CompiledGrammar:
     def closure(self, ss: int) -> tuple[tuple[int, ...], bool]:
         """Stacks reachable without reading a byte (push rules, pop finished ones) and whether
         the whole grammar can end here."""
-        hit = self._closures.get(ss)
-        if hit is not None:
-            return hit
-        with self._lock:
-            hit = self._closures.get(ss)
-            if hit is None:
-                self._call(pda.closure, ss)
-                p = self._pda
-                a, n = int(p.cl_start[ss]), int(p.cl_len[ss])
-                members = tuple(p.cl_mem[a : a + n].tolist())
-                hit = self._closures[ss] = (members, bool(p.cl_complete[ss]))
-            return hit
+        members = self._closures.get(ss)
+        if members is None:
+            with self._lock:
+                members = self._closures.get(ss)
+                if members is None:
+                    self._call(pda.closure, ss)
+                    p = self._pda
+                    a, n = int(p.cl_start[ss]), int(p.cl_len[ss])
+                    self._complete[ss] = bool(p.cl_complete[ss])  # before: read without lock
+                    members = p.cl_mem[a : a + n].tolist()
+                    members = self._closures[ss] = members[0] if n == 1 else tuple(members)
+        return ((members,) if members.__class__ is int else members), self._complete[ss]
 
     def step(self, ss: int, b: int) -> int:
         key = ss << 8 | b
@@ -293,7 +298,8 @@ class CompiledGrammar:
         return ss
 
     def is_complete(self, ss: int) -> bool:
-        return self.closure(ss)[1]
+        complete = self._complete.get(ss)
+        return self.closure(ss)[1] if complete is None else complete
 
     def live_bytes(self, ss: int) -> list[int]:
         out = self._live.get(ss)
@@ -428,18 +434,21 @@ class CompiledGrammar:
         (`follow`, None: no frame below), could have saved them (to be checked exactly;
         pushes and pops before the first byte are other stacks of the closure, walked on
         their own)."""
-        key = (g, None if follow is None else follow.tobytes())
-        hit = self._walks.get(key)
-        if hit is None:
+        key = g if follow is None else g.to_bytes(8, "little") + follow.tobytes()
+        row = self._walks.get(key)
+        if row is None:
             row = self._walk_rows.new()
-            hit = (row, self.machine.walk(g, follow, self.vocab, row))
-            size = hit[0].nbytes + hit[1].nbytes
+            candidates = self.machine.walk(g, follow, self.vocab, row)
+            size = row.nbytes + candidates.nbytes
             if self._walk_bytes + size > _WALK_CACHE_BYTES:
                 self._walks.clear()
+                self._walk_candidates.clear()
                 self._walk_bytes = 0
-            self._walks[key] = hit
+            self._walk_candidates[key] = candidates
+            self._walks[key] = row
             self._walk_bytes += size
-        return hit
+            return row, candidates
+        return row, self._walk_candidates[key]
 
     def token_key(self, ss: int, token_id: int) -> int | None:
         """The key of (state, token) in the memoised token steps; None for an id out of range."""
