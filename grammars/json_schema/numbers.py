@@ -197,13 +197,14 @@ def _fraction_above(f: str, exclusive: bool) -> tuple:
     if not f:
         return _FRAC_NONZERO if exclusive else _FRAC_ANY
 
-    def rest(s: str) -> tuple:  # digits d... with 0.d... above (or equal to) 0.s
-        if not s:
-            return cat(_DIGITS, ("b", _DIGIT19), _DIGITS) if exclusive else _DIGITS
-        d = int(s[0])
-        return alt(cat(_digits_between(d + 1, 9), _DIGITS), cat(lit(s[0]), rest(s[1:])))
-
-    return cat(lit("."), rest(f))
+    # built from the last digit on (a function calling itself from inside made a reference
+    # cycle at each call, left to the cyclic collector): digits d... with 0.d... above (or
+    # equal to) 0.f[i:]
+    rest = cat(_DIGITS, ("b", _DIGIT19), _DIGITS) if exclusive else _DIGITS
+    for c in reversed(f):
+        d = int(c)
+        rest = alt(cat(_digits_between(d + 1, 9), _DIGITS), cat(lit(c), rest))
+    return cat(lit("."), rest)
 
 
 def _fraction_below(f: str, exclusive: bool) -> tuple:
@@ -212,15 +213,13 @@ def _fraction_below(f: str, exclusive: bool) -> tuple:
     if not f:
         return NOTHING if exclusive else _FRAC_ZERO
 
-    def rest(s: str) -> tuple:  # one or more digits d... with 0.d... below (or equal to) 0.s
-        if len(s) > 1:
-            after = opt(rest(s[1:]))  # stopping early is below: s[1:] is not all zeros
-        else:
-            after = NOTHING if exclusive else rep(lit("0"), 0, None)
-        smaller = cat(_digits_between(0, int(s[0]) - 1), _DIGITS)
-        return alt(smaller, cat(lit(s[0]), after))
-
-    return opt(cat(lit("."), rest(f)))
+    # (from the last digit on, as in _fraction_above): one or more digits d... with 0.d...
+    # below (or equal to) 0.f[i:]; stopping early is below, as f[i + 1:] is not all zeros
+    rest = None
+    for c in reversed(f):
+        after = (NOTHING if exclusive else rep(lit("0"), 0, None)) if rest is None else opt(rest)
+        rest = alt(cat(_digits_between(0, int(c) - 1), _DIGITS), cat(lit(c), after))
+    return opt(cat(lit("."), rest))
 
 
 @functools.lru_cache(maxsize=64)
