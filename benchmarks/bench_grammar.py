@@ -53,6 +53,17 @@ def timed_steps(ids, times, step, check=None) -> bool:
     return True
 
 
+def _cold_module_caches() -> None:
+    """Empty the grammars package's functools caches (pieces of schemas: key automata,
+    patterns, separators), so that a pass starts as a fresh process would rather than warmed
+    by an earlier pass over the same schemas with another tokenizer."""
+    for name, module in list(sys.modules.items()):
+        if name == "grammars" or name.startswith("grammars."):
+            for obj in list(vars(module).values()):
+                if getattr(obj, "__module__", None) == name and hasattr(obj, "cache_clear"):
+                    obj.cache_clear()
+
+
 class Radixgen:
     name = "radixgen"
     property_order = "schema"
@@ -62,6 +73,7 @@ class Radixgen:
         # cache would free the grammar it evicts inside the next compile's time, where the
         # others free theirs when the loop drops it (grammars/compiler.py caches 64 by default)
         self.gc = GrammarCompiler(tok, cache_size=0)
+        _cold_module_caches()
         self.words = self.gc.vocab.words
         self.eos = int(self.gc.vocab.eos_ids[0])
 
