@@ -37,6 +37,8 @@ class GrammarCompiler:
             if isinstance(tokenizer, TokenizerInfo)
             else (TokenizerInfo.from_huggingface(tokenizer, vocab_size))
         )
+        if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 0:
+            raise ValueError(f"cache_size must be an integer >= 0, not {cache_size!r}")
         self.vocab = Vocabulary(info, vocab_size)
         self._cache: OrderedDict[tuple, CompiledGrammar] = OrderedDict()
         self._cache_size = cache_size

@@ -272,7 +272,7 @@ class CompiledGrammar:
                     self._call(pda.closure, ss)
                     p = self._pda
                     a, n = int(p.cl_start[ss]), int(p.cl_len[ss])
-                    self._complete[ss] = bool(p.cl_complete[ss])  # before: read without lock
+                    self._complete[ss] = bool(p.cl_complete[ss])  # first: read unlocked below
                     members = p.cl_mem[a : a + n].tolist()
                     members = self._closures[ss] = members[0] if n == 1 else tuple(members)
         return ((members,) if members.__class__ is int else members), self._complete[ss]

@@ -284,6 +284,9 @@ def test_a_compiler_without_a_cache_compiles_each_time(compiler):
     a = uncached.compile_json_schema({"type": "integer"})
     b = uncached.compile_json_schema({"type": "integer"})
     assert a is not b and a.matcher().accept_string("12") and b.matcher().accept_string("-3")
+    for bad in (-1, 1.5, "64", None):
+        with pytest.raises(ValueError, match="cache_size"):
+            GrammarCompiler(compiler.vocab.info, cache_size=bad)
 
 
 def test_sentencepiece_byte_fallback_vocabulary(sentencepiece_tokenizer):
