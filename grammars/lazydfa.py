@@ -45,42 +45,63 @@ DFAArrays = namedtuple(
 
 
 # -- kernels ------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _closure(nfa, seeds, n_seeds):
     """Important states reachable from seeds[:n_seeds] by eps moves, sorted, into nfa.buf;
     returns their count."""
-    meta_gen = nfa.mark[-1] + 1  # the last slot of mark holds the current stamp
-    nfa.mark[-1] = meta_gen
-    mark, stack, out = nfa.mark, nfa.stack, nfa.buf
+    mark, stack = nfa.mark, nfa.stack
+    stamp = _new_stamp(mark)
     top = 0
     for i in range(n_seeds):
-        s = seeds[i]
-        if mark[s] != meta_gen:
-            mark[s] = meta_gen
-            stack[top] = s
-            top += 1
+        top = _push_new(mark, stack, seeds[i], stamp, top)
+    return _close(mark, stack, nfa.buf, nfa.important, nfa.eps_ptr, nfa.eps_idx, top, stamp)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _new_stamp(mark):
+    """A stamp no state is marked with yet (the last slot of mark holds the current one)."""
+    mark[-1] += 1
+    return mark[-1]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _push_new(mark, stack, x, stamp, top):
+    """Push state x on stack[:top] unless marked with stamp; the new top."""
+    if mark[x] != stamp:
+        mark[x] = stamp
+        stack[top] = x
+        top += 1
+    return top
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _close(mark, stack, out, important, eps_ptr, eps_idx, top, stamp):
+    """_closure of the states on stack[:top] (marked with stamp), into out; their number.
+    Arrays rather than the NFA's tuple, taken once by the caller: materialize calls this for
+    each byte class of a new state, and reading them from the tuple at each call cost more
+    than the walk (~0.2 µs; ~1.5 µs a state on big objects)."""
     k = 0
     while top:
         top -= 1
         x = stack[top]
-        if nfa.important[x]:
+        if important[x]:
             out[k] = x
             k += 1
-        for j in range(nfa.eps_ptr[x], nfa.eps_ptr[x + 1]):
-            y = nfa.eps_idx[j]
-            if mark[y] != meta_gen:
-                mark[y] = meta_gen
+        for j in range(eps_ptr[x], eps_ptr[x + 1]):
+            y = eps_idx[j]
+            if mark[y] != stamp:
+                mark[y] = stamp
                 stack[top] = y
                 top += 1
     sort_in_place(out, k)
     return k
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def sort_in_place(buf, k):
     """Sort buf[:k]."""
     if k > 16:
-        buf[:k] = np.sort(buf[:k])
+        buf[:k].sort()  # in place: np.sort allocated a copy at every call
     else:  # few members: an insertion sort
         for i in range(1, k):
             x, j = buf[i], i - 1
@@ -90,7 +111,7 @@ def sort_in_place(buf, k):
             buf[j + 1] = x
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def hash_members(members, k):
     h = np.int64(1469598103934665603)
     for i in range(k):
@@ -98,7 +119,7 @@ def hash_members(members, k):
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def find_members(hkey, hcode, ptr, mem, members, k):
     """In an interning table (hkey: ids by slot, -1 empty; hcode: their hashes; the members of
     id s are mem[ptr[s]:ptr[s + 1]]): (the id whose members are members[:k], or -1; the slot
@@ -122,15 +143,20 @@ def find_members(hkey, hcode, ptr, mem, members, k):
     return -1, slot, h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _intern(nfa, dfa, k):
     """The state whose members are nfa.buf[:k] (0 when empty), created if new."""
     if k == 0:
         return 0
+    s, slot, h = find_members(dfa.hkey, dfa.hcode, dfa.m_ptr, dfa.mem, nfa.buf, k)
+    return s if s >= 0 else _add_state(nfa, dfa, k, slot, h)
+
+
+@njit(cache=True, nogil=True)
+def _add_state(nfa, dfa, k, slot, h):
+    """A new state whose members are nfa.buf[:k], at `slot` of the interning table (h: their
+    hash); NEED_SPACE when the arrays are full."""
     members = nfa.buf
-    s, slot, h = find_members(dfa.hkey, dfa.hcode, dfa.m_ptr, dfa.mem, members, k)
-    if s >= 0:
-        return s
     n = dfa.meta[_STATES]
     used = dfa.meta[_MEM]
     if (
@@ -235,51 +261,26 @@ def materialize(nfa, dfa, g):
                 e += 1
         cls = np.full(256, -1, np.int64)
         reps = np.empty(256, np.int64)  # a byte standing for each class
-        hashes = np.empty(256, np.int64)
-        n_cls = 0
-        for b in range(256):
-            if b and cls[b - 1] >= 0:  # bytes in runs: most often in the class of the last
-                same = True
-                for w in range(words):
-                    if sig[b, w] != sig[b - 1, w]:
-                        same = False
-                        break
-                if same:
-                    cls[b] = cls[b - 1]
-                    continue
-            h = np.int64(0)
-            for w in range(words):
-                h = (h ^ np.int64(sig[b, w])) * np.int64(1099511628211)
-            if h == 0 and not sig[b].any():
-                continue
-            found = -1
-            for c in range(n_cls):
-                if hashes[c] == h:
-                    r = reps[c]
-                    same = True
-                    for w in range(words):
-                        if sig[r, w] != sig[b, w]:
-                            same = False
-                            break
-                    if same:
-                        found = c
-                        break
-            if found < 0:
-                found = n_cls
-                reps[n_cls] = b
-                hashes[n_cls] = h
-                n_cls += 1
-            cls[b] = found
-        seeds = np.empty(n_edges, np.int64)
+        n_cls = _byte_classes(sig, words, cls, reps)
         targets = np.empty(n_cls, np.int64)
+        mark, stack, buf, important = nfa.mark, nfa.stack, nfa.buf, nfa.important
+        eps_ptr, eps_idx, e_tgt = nfa.eps_ptr, nfa.eps_idx, nfa.e_tgt
+        hkey, hcode, m_ptr, mem = dfa.hkey, dfa.hcode, dfa.m_ptr, dfa.mem
         for c in range(n_cls):
             r = reps[c]
-            m = 0
+            stamp = _new_stamp(mark)
+            top = 0
             for e in range(n_edges):
                 if sig[r, e >> 6] >> np.uint64(e & 63) & np.uint64(1):
-                    seeds[m] = nfa.e_tgt[edge_ids[e]]
-                    m += 1
-            t = _intern(nfa, dfa, _closure(nfa, seeds, m))
+                    top = _push_new(mark, stack, e_tgt[edge_ids[e]], stamp, top)
+            k = _close(mark, stack, buf, important, eps_ptr, eps_idx, top, stamp)
+            if k == 0:
+                t = 0
+            else:
+                t, slot, h = find_members(hkey, hcode, m_ptr, mem, buf, k)
+                if t < 0:
+                    t = _add_state(nfa, dfa, k, slot, h)
+                    hkey, hcode, m_ptr, mem = dfa.hkey, dfa.hcode, dfa.m_ptr, dfa.mem
             if t < 0:
                 return NEED_SPACE
             targets[c] = t
@@ -287,6 +288,69 @@ def materialize(nfa, dfa, g):
             dfa.table[g, b] = targets[cls[b]] if cls[b] >= 0 else 0
     dfa.done[g] = True
     return 0
+
+
+@njit(cache=True, nogil=True)
+def _byte_classes(sig, words, cls, reps):
+    """Partition the bytes by their rows of `sig` (a bit per edge): cls[b] = the class of byte
+    b (left -1 where no edge reads it), reps[c] = a byte of class c; returns the number of
+    classes. With one word a row (64 edges or fewer, nearly every state), rows are compared
+    as numbers; else by a hash first."""
+    n_cls = 0
+    if words == 1:
+        for b in range(256):
+            v = sig[b, 0]
+            if v == 0:
+                continue
+            if b and v == sig[b - 1, 0]:  # bytes in runs: most often in the class of the last
+                cls[b] = cls[b - 1]
+                continue
+            found = -1
+            for c in range(n_cls):
+                if sig[reps[c], 0] == v:
+                    found = c
+                    break
+            if found < 0:
+                found = n_cls
+                reps[n_cls] = b
+                n_cls += 1
+            cls[b] = found
+        return n_cls
+    hashes = np.empty(256, np.int64)
+    for b in range(256):
+        if b and cls[b - 1] >= 0:  # bytes in runs: most often in the class of the last
+            same = True
+            for w in range(words):
+                if sig[b, w] != sig[b - 1, w]:
+                    same = False
+                    break
+            if same:
+                cls[b] = cls[b - 1]
+                continue
+        h = np.int64(0)
+        for w in range(words):
+            h = (h ^ np.int64(sig[b, w])) * np.int64(1099511628211)
+        if h == 0 and not sig[b].any():
+            continue
+        found = -1
+        for c in range(n_cls):
+            if hashes[c] == h:
+                r = reps[c]
+                same = True
+                for w in range(words):
+                    if sig[r, w] != sig[b, w]:
+                        same = False
+                        break
+                if same:
+                    found = c
+                    break
+        if found < 0:
+            found = n_cls
+            reps[n_cls] = b
+            hashes[n_cls] = h
+            n_cls += 1
+        cls[b] = found
+    return n_cls
 
 
 @njit(cache=True, nogil=True)
