@@ -183,38 +183,42 @@ def _add_state(nfa, dfa, k, slot, h):
 
 @njit(cache=True, nogil=True)
 def pushes(nfa, dfa, g):
-    """Compute, once, the rules state g can push and the state each returns to."""
+    """Compute, once, the rules state g can push and the state each returns to. (Here and in
+    materialize, the arrays are taken from the tuples once: reading a tuple's field inside
+    the loops cost as much as the work.)"""
     if dfa.push_count[g] >= 0:
         return 0
-    pairs = nfa.pairs
+    pairs, mem, nt_ptr, nt_rule, nt_tgt = nfa.pairs, dfa.mem, nfa.nt_ptr, nfa.nt_rule, nfa.nt_tgt
     n = 0
     for i in range(dfa.m_ptr[g], dfa.m_ptr[g + 1]):
-        x = dfa.mem[i]
-        for j in range(nfa.nt_ptr[x], nfa.nt_ptr[x + 1]):
-            pairs[n, 0] = nfa.nt_rule[j]
-            pairs[n, 1] = nfa.nt_tgt[j]
+        x = mem[i]
+        for j in range(nt_ptr[x], nt_ptr[x + 1]):
+            pairs[n, 0] = nt_rule[j]
+            pairs[n, 1] = nt_tgt[j]
             n += 1
     start = dfa.meta[_PUSHES]
-    if start + n > dfa.push_rule.shape[0]:
+    push_rule, push_ret = dfa.push_rule, dfa.push_ret
+    if start + n > push_rule.shape[0]:
         dfa.meta[_WANT] = n
         return NEED_SPACE
     count = 0
     if n:
         order = np.argsort(pairs[:n, 0], kind="mergesort")
-        seeds = np.empty(n, np.int64)
+        mark, stack = nfa.mark, nfa.stack
         i = 0
         while i < n:
             rule = pairs[order[i], 0]
-            m = 0
+            stamp = _new_stamp(mark)
+            top = 0
             while i < n and pairs[order[i], 0] == rule:
-                seeds[m] = pairs[order[i], 1]
-                m += 1
+                top = _push_new(mark, stack, pairs[order[i], 1], stamp, top)
                 i += 1
-            ret = _intern(nfa, dfa, _closure(nfa, seeds, m))
+            k = _close(mark, stack, nfa.buf, nfa.important, nfa.eps_ptr, nfa.eps_idx, top, stamp)
+            ret = _intern(nfa, dfa, k)
             if ret < 0:
                 return NEED_SPACE
-            dfa.push_rule[start + count] = rule
-            dfa.push_ret[start + count] = ret
+            push_rule[start + count] = rule
+            push_ret[start + count] = ret
             count += 1
     dfa.push_start[g] = start
     dfa.push_count[g] = count
@@ -229,34 +233,37 @@ def materialize(nfa, dfa, g):
         return 0
     if pushes(nfa, dfa, g) < 0:
         return NEED_SPACE
-    for j in range(dfa.push_start[g], dfa.push_start[g] + dfa.push_count[g]):
-        first = nfa.first[dfa.push_rule[j]]
+    viable, table, mem, first = dfa.viable, dfa.table, dfa.mem, nfa.first
+    e_ptr, e_byte, e_mask, masks = nfa.e_ptr, nfa.e_byte, nfa.e_mask, nfa.masks
+    push_rule, start = dfa.push_rule, dfa.push_start[g]
+    for j in range(start, start + dfa.push_count[g]):
+        rule = push_rule[j]
         for b in range(256):
-            if first[b]:
-                dfa.viable[g, b] = True
+            if first[rule, b]:
+                viable[g, b] = True
     # the byte edges of the members; bytes with the same set of edges form one class
     a, z = dfa.m_ptr[g], dfa.m_ptr[g + 1]
     n_edges = 0
     for i in range(a, z):
-        x = dfa.mem[i]
-        n_edges += nfa.e_ptr[x + 1] - nfa.e_ptr[x]
+        x = mem[i]
+        n_edges += e_ptr[x + 1] - e_ptr[x]
     if n_edges:
         words = (n_edges + 63) >> 6
         sig = np.zeros((256, words), np.uint64)
         edge_ids = np.empty(n_edges, np.int64)
         e = 0
         for i in range(a, z):
-            x = dfa.mem[i]
-            for j in range(nfa.e_ptr[x], nfa.e_ptr[x + 1]):
+            x = mem[i]
+            for j in range(e_ptr[x], e_ptr[x + 1]):
                 edge_ids[e] = j
                 bit = np.uint64(1) << np.uint64(e & 63)
-                b = nfa.e_byte[j]
+                b = e_byte[j]
                 if b >= 0:
                     sig[b, e >> 6] |= bit
                 else:
-                    mask = nfa.masks[nfa.e_mask[j]]
+                    m = e_mask[j]
                     for c in range(256):
-                        if mask[c]:
+                        if masks[m, c]:
                             sig[c, e >> 6] |= bit
                 e += 1
         cls = np.full(256, -1, np.int64)
@@ -265,7 +272,7 @@ def materialize(nfa, dfa, g):
         targets = np.empty(n_cls, np.int64)
         mark, stack, buf, important = nfa.mark, nfa.stack, nfa.buf, nfa.important
         eps_ptr, eps_idx, e_tgt = nfa.eps_ptr, nfa.eps_idx, nfa.e_tgt
-        hkey, hcode, m_ptr, mem = dfa.hkey, dfa.hcode, dfa.m_ptr, dfa.mem
+        hkey, hcode, m_ptr = dfa.hkey, dfa.hcode, dfa.m_ptr
         for c in range(n_cls):
             r = reps[c]
             stamp = _new_stamp(mark)
@@ -274,18 +281,16 @@ def materialize(nfa, dfa, g):
                 if sig[r, e >> 6] >> np.uint64(e & 63) & np.uint64(1):
                     top = _push_new(mark, stack, e_tgt[edge_ids[e]], stamp, top)
             k = _close(mark, stack, buf, important, eps_ptr, eps_idx, top, stamp)
-            if k == 0:
-                t = 0
-            else:
+            t = 0
+            if k:
                 t, slot, h = find_members(hkey, hcode, m_ptr, mem, buf, k)
                 if t < 0:
                     t = _add_state(nfa, dfa, k, slot, h)
-                    hkey, hcode, m_ptr, mem = dfa.hkey, dfa.hcode, dfa.m_ptr, dfa.mem
-            if t < 0:
-                return NEED_SPACE
+                    if t < 0:
+                        return NEED_SPACE
             targets[c] = t
         for b in range(256):
-            dfa.table[g, b] = targets[cls[b]] if cls[b] >= 0 else 0
+            table[g, b] = targets[cls[b]] if cls[b] >= 0 else 0
     dfa.done[g] = True
     return 0
 
