@@ -34,6 +34,7 @@ from grammars.lazydfa_arrays import enlarged
 PDA_SPACE = -3
 TOO_DEEP = -2
 EMPTY = -1
+UNKNOWN = -(1 << 62)  # _known_step: not stepped yet
 # meta slots
 _STACKS, _SETS, _SET_MEM, _CL_MEM, _STEPS, _GEN, _DEPTH = range(7)
 
@@ -322,6 +323,16 @@ def step(nfa, dfa, pda, rule_start, ss, b):
     return out
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _known_step(keys, vals, ss, b):
+    """step's kept result for (ss, b) (keys, vals: the PDA's step_keys and step_vals), or
+    UNKNOWN. The kernels that step byte after byte look here first, with the arrays taken
+    once: a call of step reads the tuples' fields, which cost more than the lookup."""
+    key = ss << 8 | b
+    h = _step_slot(keys, key)
+    return vals[h] if keys[h] == key else UNKNOWN
+
+
 @njit(cache=True, nogil=True)
 def check_rows(nfa, dfa, pda, rule_start, rows, shared, data, ptr, states, found):
     """Walk the trie rows `rows` (sorted; shared[k]: the bytes row k shares with row k - 1)
@@ -331,6 +342,7 @@ def check_rows(nfa, dfa, pda, rule_start, rows, shared, data, ptr, states, found
     byte. The rows read to the end go to `found`; returns their number, or an error code."""
     stop = 1 << 30  # the length of the prefix at which the row walked last died
     n_found = 0
+    keys, vals = pda.step_keys, pda.step_vals
     for k in range(rows.shape[0]):
         common = shared[k]
         if common >= stop:
@@ -341,7 +353,8 @@ def check_rows(nfa, dfa, pda, rule_start, rows, shared, data, ptr, states, found
         row = rows[k]
         alive = True
         for i in range(ptr[row] + common, ptr[row + 1]):
-            cur = step(nfa, dfa, pda, rule_start, cur, data[i])
+            nxt = _known_step(keys, vals, cur, data[i])
+            cur = nxt if nxt != UNKNOWN else step(nfa, dfa, pda, rule_start, cur, data[i])
             if cur < 0:
                 return cur
             if cur == 0:
@@ -419,6 +432,7 @@ def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, 
     with Llama-3, ~100,000 tokens cross a block's end, each byte a step of sets otherwise),
     by steps of sets from there on. 0, or an error code."""
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    keys, vals = pda.step_keys, pda.step_vals
     depth = 1
     for k in range(rows.shape[0]):
         depth = max(depth, ptr[rows[k] + 1] - ptr[rows[k]])
@@ -492,7 +506,8 @@ def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, 
                 elif n == 0:
                     m = 0
             if m == 1:
-                p = step(nfa, dfa, pda, rule_start, p, b)
+                nxt = _known_step(keys, vals, p, b)
+                p = nxt if nxt != UNKNOWN else step(nfa, dfa, pda, rule_start, p, b)
                 if p < 0:
                     return p
                 if p == 0:
@@ -502,7 +517,9 @@ def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, 
             if s and d and viable[s, b]:
                 out = 2
             elif s and d and accept[s] and follow[b]:
-                q = step(nfa, dfa, pda, rule_start, below, b)
+                q = _known_step(keys, vals, below, b)
+                if q == UNKNOWN:
+                    q = step(nfa, dfa, pda, rule_start, below, b)
                 if q < 0:
                     return q
                 if q and m == 2:
@@ -530,8 +547,10 @@ def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, 
 @njit(cache=True, nogil=True)
 def walk(nfa, dfa, pda, rule_start, ss, data):
     """The set after reading the bytes of `data` from set ss (0: dead), or an error code."""
+    keys, vals = pda.step_keys, pda.step_vals
     for i in range(data.shape[0]):
-        ss = step(nfa, dfa, pda, rule_start, ss, data[i])
+        nxt = _known_step(keys, vals, ss, data[i])
+        ss = nxt if nxt != UNKNOWN else step(nfa, dfa, pda, rule_start, ss, data[i])
         if ss <= 0:
             return ss
     return ss
