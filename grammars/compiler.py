@@ -13,7 +13,7 @@ import json
 import threading
 from collections import OrderedDict
 
-from grammars import unique_items
+from grammars import pda, unique_items
 from grammars.automaton import alt, lit
 from grammars.budget import CompileBudget, checkpoint, running
 from grammars.errors import GrammarError
@@ -302,6 +302,8 @@ def warm_up() -> None:
     so this costs seconds once per install and a fraction of a second after); a server calls it
     at start so the first constrained request does not wait for it."""
     tokens = [bytes([b]) for b in range(256)] + [b"ab", b'", "', "é日".encode(), b"\\u00e9"]
+    tokens += [b"1]", b'"}', b"]}", b"1, 2", b'[{"', b'{"a']  # leaving frames: pops checked
+    tokens.append(b"<eos>")
     info = TokenizerInfo(tuple(tokens), frozenset(), frozenset({len(tokens) - 1}), "byte_level")
     compiler = GrammarCompiler(info)
     schema = {
@@ -310,6 +312,7 @@ def warm_up() -> None:
         "required": ["a"],
     }
     matcher = compiler.compile_json_schema(schema).matcher()
-    for byte in b'{"a": "ab", "b": [1]}':  # single-byte tokens have their byte as id
+    for byte in b'{"a": "ab", "b": [1, {"c": [2, "x"]}]}':  # a byte's token id is the byte
         matcher.next_token_mask()
         matcher.accept_token(byte)
+    pda.grown(pda.new_arrays(4))  # the one kernel the masks above need not reach
