@@ -13,11 +13,14 @@ import json
 import threading
 from collections import OrderedDict
 
+import numpy as np
+
 from grammars import pda, unique_items
 from grammars.automaton import alt, lit
 from grammars.budget import CompileBudget, checkpoint, running
 from grammars.errors import GrammarError
 from grammars.grammar import CompiledGrammar, Machine
+from grammars.lazydfa import intern_starts
 from grammars.literal_set import minimal_dfa
 from grammars.regex import regex_to_node
 from grammars.tokenizer_info import TokenizerInfo
@@ -311,8 +314,13 @@ def warm_up() -> None:
         "properties": {"a": {"type": "string", "maxLength": 4}, "b": {}},
         "required": ["a"],
     }
-    matcher = compiler.compile_json_schema(schema).matcher()
+    grammar = compiler.compile_json_schema(schema)
+    matcher = grammar.matcher()
     for byte in b'{"a": "ab", "b": [1, {"c": [2, "x"]}]}':  # a byte's token id is the byte
         matcher.next_token_mask()
         matcher.accept_token(byte)
-    pda.grown(pda.new_arrays(4))  # the one kernel the masks above need not reach
+    # kernels the masks above need not reach: the stack tables' growth, and the start states
+    # interned again when a grammar has more than a new DFA's room (zero of them here)
+    pda.grown(pda.new_arrays(4))
+    nothing = np.zeros(0, np.int64)
+    intern_starts(grammar.machine.arrays, grammar.machine.dfa, nothing, nothing)
