@@ -306,8 +306,9 @@ def warm_up() -> None:
     at start so the first constrained request does not wait for it."""
     tokens = [bytes([b]) for b in range(256)] + [b"ab", b'", "', "é日".encode(), b"\\u00e9"]
     tokens += [b"1]", b'"}', b"]}", b"1, 2", b'[{"', b'{"a']  # leaving frames: pops checked
-    tokens.append(b"<eos>")
-    info = TokenizerInfo(tuple(tokens), frozenset(), frozenset({len(tokens) - 1}), "byte_level")
+    tokens.append(b"")  # EOS, as a tokenizer's special tokens are read
+    eos = frozenset({len(tokens) - 1})
+    info = TokenizerInfo(tuple(tokens), eos, eos, "byte_level")
     compiler = GrammarCompiler(info)
     schema = {
         "type": "object",

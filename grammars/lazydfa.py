@@ -183,9 +183,10 @@ def _add_state(nfa, dfa, k, slot, h):
 
 @njit(cache=True, nogil=True)
 def pushes(nfa, dfa, g):
-    """Compute, once, the rules state g can push and the state each returns to. (Here and in
-    materialize, the arrays are taken from the tuples once: reading a tuple's field inside
-    the loops cost as much as the work.)"""
+    """Compute, once, the rules state g can push and the state each returns to. (The loop over
+    the members takes its arrays from the tuples once, as materialize does: reading a tuple's
+    field inside a loop cost as much as the work; the closure and interning of each of the
+    few rules read theirs.)"""
     if dfa.push_count[g] >= 0:
         return 0
     pairs, mem, nt_ptr, nt_rule, nt_tgt = nfa.pairs, dfa.mem, nfa.nt_ptr, nfa.nt_rule, nfa.nt_tgt
