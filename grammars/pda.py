@@ -284,13 +284,23 @@ def closure(nfa, dfa, pda, rule_start, ss):
     return 0
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _known_step(keys, vals, ss, b):
+    """step's kept result for (ss, b) (keys, vals: the PDA's step_keys and step_vals), or
+    UNKNOWN. The kernels that step byte after byte look here first, with the arrays taken
+    once: a call of step reads the tuples' fields, which cost more than the lookup."""
+    key = ss << 8 | b
+    h = _step_slot(keys, key)
+    return vals[h] if keys[h] == key else UNKNOWN
+
+
 @njit(cache=True, nogil=True)
 def step(nfa, dfa, pda, rule_start, ss, b):
     """The set after reading byte b in set ss, made and kept unless known; or an error code."""
+    known = _known_step(pda.step_keys, pda.step_vals, ss, b)
+    if known != UNKNOWN:
+        return known
     key = ss << 8 | b
-    h = _step_slot(pda.step_keys, key)
-    if pda.step_keys[h] == key:
-        return pda.step_vals[h]
     if 4 * (pda.meta[_STEPS] + 1) > pda.step_keys.shape[0]:
         return PDA_SPACE
     code = closure(nfa, dfa, pda, rule_start, ss)
@@ -316,21 +326,11 @@ def step(nfa, dfa, pda, rule_start, ss, b):
     out = intern_set(pda, nxt, k)
     if out < 0:
         return out
-    h = _step_slot(pda.step_keys, key)  # the table did not move: the same slot
+    h = _step_slot(pda.step_keys, key)  # where the lookup above ended: the table did not move
     pda.step_keys[h] = key
     pda.step_vals[h] = out
     pda.meta[_STEPS] += 1
     return out
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _known_step(keys, vals, ss, b):
-    """step's kept result for (ss, b) (keys, vals: the PDA's step_keys and step_vals), or
-    UNKNOWN. The kernels that step byte after byte look here first, with the arrays taken
-    once: a call of step reads the tuples' fields, which cost more than the lookup."""
-    key = ss << 8 | b
-    h = _step_slot(keys, key)
-    return vals[h] if keys[h] == key else UNKNOWN
 
 
 @njit(cache=True, nogil=True)
@@ -517,9 +517,8 @@ def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, 
             if s and d and viable[s, b]:
                 out = 2
             elif s and d and accept[s] and follow[b]:
-                q = _known_step(keys, vals, below, b)
-                if q == UNKNOWN:
-                    q = step(nfa, dfa, pda, rule_start, below, b)
+                nxt = _known_step(keys, vals, below, b)
+                q = nxt if nxt != UNKNOWN else step(nfa, dfa, pda, rule_start, below, b)
                 if q < 0:
                     return q
                 if q and m == 2:

@@ -7,8 +7,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # in a fresh process: warm_up, then masks over a document that leaves frames with multi-byte
-# tokens, crosses a long string's blocks and grows the stack tables; no kernel may be typed
-# (compiled, or loaded from numba's cache) after warm_up
+# tokens and crosses a long string's blocks; no kernel may be typed (compiled, or loaded from
+# numba's cache) after warm_up
 _SCRIPT = r"""
 import json, sys
 import numpy as np
