@@ -31,9 +31,17 @@ class ArrayDFA(EagerDFA):
     """An EagerDFA given by its moves: `trans` is made from them when asked for."""
 
     def __init__(
-        self, src, mask_ids, tgt, masks: list[int], accept: np.ndarray, start: int, packed=None
+        self,
+        src,
+        mask_ids,
+        tgt,
+        masks: list[int] | None,
+        accept: np.ndarray,
+        start: int,
+        packed=None,
     ):
-        """`packed`: the masks as packed_masks rows, where the maker has them."""
+        """`packed`: the masks as packed_masks rows, where the maker has them; with them,
+        `masks` may be None, made from the rows when first asked for."""
         if packed is not None:
             self._mask_bytes = packed
         self.accept = accept.tolist()
@@ -44,10 +52,18 @@ class ArrayDFA(EagerDFA):
     def n_states(self) -> int:
         return len(self.accept)
 
+    def moves(self) -> tuple:
+        moves = self._moves
+        if moves[3] is None:
+            rows = self._mask_bytes.tobytes()
+            masks = [int.from_bytes(rows[i : i + 32], "little") for i in range(0, len(rows), 32)]
+            moves = self._moves = (*moves[:3], masks, moves[4])
+        return moves
+
     @property
     def trans(self) -> list[list[tuple[int, int]]]:
         """Made anew on each use (not kept: see compact); EagerDFA's operations take it once."""
-        src, ids, tgt, masks, _ = self._moves
+        src, ids, tgt, masks, _ = self.moves()
         out: list[list[tuple[int, int]]] = [[] for _ in range(len(self.accept))]
         for s, i, t in zip(src.tolist(), ids.tolist(), tgt.tolist()):
             out[s].append((masks[i], t))

@@ -4,8 +4,9 @@ what every such DFA shares). A Python loop over the trie's nodes had cost ~80 µ
 the ~50 nodes of a median schema's property names, the largest part of building its rules.
 
 Moves that only a node with several children has (its narrowed moves less the children's
-bytes) need masks the shared numbering may not hold: the kernel leaves them as pending masks
-(128 bits in two words: names are printable ASCII), numbered by the caller."""
+bytes) need masks the shared numbering may not hold: the kernel keeps them as pending masks
+(128 bits in two words: names are printable ASCII), numbers them after the known ones, and
+gives the masks the DFA uses as packed rows, so that the caller has no per-mask work."""
 
 from __future__ import annotations
 
@@ -52,12 +53,14 @@ def _trie(data, ends):
 
 @njit(cache=True, nogil=True)
 def key_moves(data, ends, parts, n, quote, close):
-    """(src, mask ids, targets, pending low words, pending high words) of the DFA: key_node()'s
-    moves, then each trie node's (state n + node) in node order, then the moves every node
-    shares, then the start's quote into the root (state n + nodes, the last). A mask id -1 - p
-    stands for pending mask p. `parts`: strings._KeyParts.arrays (two tuples)."""
+    """(moves, packed masks) of the DFA: its moves as one (3, k) array (sources, mask ids,
+    targets) and the masks they use as packed_masks rows, numbered in that order. Moves:
+    key_node()'s, then each trie node's (state n + node) in node order, then the moves every
+    node shares, then the start's quote into the root (state n + nodes, the last). `parts`:
+    strings._KeyParts.arrays (three tuples)."""
     (base_src, base_ids, base_tgt, byte_id, one_ids, one_tgt, one_len) = parts[0]
     (leaf_ids, leaf_tgt, nar_lo, nar_hi, nar_tgt, shared_ids, shared_tgt) = parts[1]
+    known_lo, known_hi, packed = parts[2]
     nodes, first, sibling, byte, kids, end = _trie(data, ends)
     total = base_ids.shape[0] + nodes * shared_ids.shape[0] + 1
     for t in range(nodes):
@@ -124,4 +127,60 @@ def key_moves(data, ends, parts, n, quote, close):
             k += 1
     src[k], ids[k], tgt[k] = n + nodes, quote, n
     k += 1
-    return src[:k], ids[:k], tgt[:k], pend_lo[:pending], pend_hi[:pending]
+    moves = np.empty((3, k), np.int64)
+    moves[0] = src[:k]
+    moves[1] = ids[:k]
+    moves[2] = tgt[:k]
+    kept = _numbered(moves[1], pend_lo[:pending], pend_hi[:pending], known_lo, known_hi)
+    rows = np.zeros((kept.shape[0], 32), np.uint8)
+    for u in range(kept.shape[0]):
+        i = kept[u]
+        if i < known_lo.shape[0]:
+            rows[u] = packed[i]
+        else:  # a pending mask: its two words, little-endian
+            p = i - known_lo.shape[0]
+            for b in range(8):
+                rows[u, b] = (pend_lo[p] >> np.uint64(8 * b)) & np.uint64(255)
+                rows[u, 8 + b] = (pend_hi[p] >> np.uint64(8 * b)) & np.uint64(255)
+    return moves, rows
+
+
+@njit(cache=True, nogil=True)
+def _numbered(ids, pend_lo, pend_hi, known_lo, known_hi):
+    """Number the pending masks in place of their ids -1 - p (a known mask of the same bits,
+    else the first pending one equal to it, whose number follows the known ones), then
+    renumber the ids 0.. over the masks the moves use, in order of their numbers; returns those
+    masks' numbers (a pending mask's: the known count + its index in the pending ones)."""
+    known = known_lo.shape[0]
+    p = pend_lo.shape[0]
+    number = np.empty(p, np.int64)
+    for i in range(p):
+        lo, hi = pend_lo[i], pend_hi[i]
+        found = -1
+        for j in range(known):
+            if known_lo[j] == lo and known_hi[j] == hi:
+                found = j
+                break
+        if found < 0:
+            for j in range(i):
+                if number[j] >= known and pend_lo[j] == lo and pend_hi[j] == hi:
+                    found = number[j]
+                    break
+        number[i] = known + i if found < 0 else found
+    new = np.zeros(known + p, np.int64)  # 1 where used, then the new number
+    for j in range(ids.shape[0]):
+        i = ids[j]
+        if i < 0:
+            i = number[-1 - i]
+            ids[j] = i
+        new[i] = 1
+    kept = np.empty(known + p, np.int64)
+    u = 0
+    for i in range(known + p):
+        if new[i]:
+            new[i] = u
+            kept[u] = i
+            u += 1
+    for j in range(ids.shape[0]):
+        ids[j] = new[ids[j]]
+    return kept[:u]

@@ -335,7 +335,8 @@ class _KeyParts:
     moves, the moves inside a key split into those on printable ASCII (which a trie node
     narrows: less its children's bytes and the quote) and the others (which every trie node
     keeps), and the moves of a trie node with no child or one, by its byte; masks numbered in
-    one list, `masks` (`index`: their numbers), packed as the NFA reads them (`packed`)."""
+    one list, `masks` (`index`: their numbers), packed as the NFA reads them (`packed`) and in
+    two words where they fit in 128 bits (pending masks are compared with them)."""
 
     def __init__(self):
         base, inside = _key_dfa()
@@ -380,7 +381,18 @@ class _KeyParts:
                 np.array([i for i, _ in shared], np.int64),
                 np.array([t for _, t in shared], np.int64),
             ),
+            (  # the masks in two words (0, 0: wider, never a pending mask), and packed
+                np.array([m & low if m >> 128 == 0 else 0 for m in self.masks], np.uint64),
+                np.array([m >> 64 if m >> 128 == 0 else 0 for m in self.masks], np.uint64),
+                self.packed,
+            ),
         )
+
+    def accepting(self, start: int) -> np.ndarray:
+        """The accepting states of a DFA whose start is `start` (key_node()'s)."""
+        accept = np.zeros(start + 1, np.bool_)
+        accept[: len(self.accept)] = self.accept
+        return accept
 
     def number(self, m: int) -> int:
         i = self.index.get(m)
@@ -412,39 +424,13 @@ def key_except(names: tuple[str, ...]):
     parts = _key_parts()
     data = np.frombuffer("".join(names).encode("ascii"), np.uint8)
     ends = np.fromiter(itertools.accumulate(map(len, names)), np.int64, len(names))
-    n = len(parts.accept)
-    src, ids, tgt, lo, hi = fastcall.call(
-        key_moves, data, ends, parts.arrays, n, parts.quote, parts.close
+    moves, packed = fastcall.call(
+        key_moves, data, ends, parts.arrays, len(parts.accept), parts.quote, parts.close
     )
-    known = len(parts.masks)
-    extra: dict[int, int] = {}  # masks only nodes with several children have, numbered on
-    if len(lo):
-        numbers = []
-        for low, high in zip(lo.tolist(), hi.tolist()):
-            m = low | high << 64
-            i = parts.index.get(m)
-            numbers.append(extra.setdefault(m, known + len(extra)) if i is None else i)
-        pending = ids < 0
-        ids[pending] = np.array(numbers, np.int64)[-1 - ids[pending]]
-    start = int(src[-1])  # the start state reads the opening quote, the last move
-    used = np.zeros(known + len(extra), np.bool_)  # only the masks this DFA uses, renumbered
-    used[ids] = True
-    masks, packed = parts.masks, parts.packed
-    if extra:
-        masks = masks + list(extra)
-        packed = np.concatenate((packed, packed_masks(list(extra))))
-    accept = np.zeros(start + 1, np.bool_)
-    accept[:n] = parts.accept
-    kept = np.flatnonzero(used)
-    return ArrayDFA(
-        src,
-        (np.cumsum(used) - 1)[ids],
-        tgt,
-        [masks[i] for i in kept.tolist()],
-        accept,
-        start,
-        packed[kept],
-    )
+    start = int(moves[0, -1])  # the start state reads the opening quote, the last move
+    dfa = ArrayDFA(*moves, None, parts.accepting(start), start, packed)  # masks made on need
+    dfa._move_table = moves
+    return dfa
 
 
 def string_node(schema: dict, path: str = "#", rules: dict | None = None) -> tuple:
