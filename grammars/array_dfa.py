@@ -60,6 +60,9 @@ class ArrayDFA(EagerDFA):
             moves = self._moves = (*moves[:3], masks, moves[4])
         return moves
 
+    def accepting_states(self) -> np.ndarray:
+        return self._moves[4]  # without making the masks
+
     @property
     def trans(self) -> list[list[tuple[int, int]]]:
         """Made anew on each use (not kept: see compact); EagerDFA's operations take it once."""

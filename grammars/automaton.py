@@ -516,6 +516,10 @@ class EagerDFA:
             )
         return hit
 
+    def accepting_states(self) -> np.ndarray:
+        """moves()' accepting states."""
+        return self.moves()[4]
+
     def move_table(self) -> np.ndarray:
         """moves() as one (3, k) array: sources, mask ids (into moves()'s distinct masks),
         targets; computed once."""

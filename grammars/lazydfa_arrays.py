@@ -63,7 +63,7 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
         copies.append((d, base, s, e))
     tables = [dfa.move_table() for dfa in dfas]
     blocks = [mask_bytes(dfa) for dfa in dfas]  # each DFA's masks, numbered after the NFA's own
-    accepting = [dfa.moves()[4] for dfa in dfas]
+    accepting = [dfa.accepting_states() for dfa in dfas]
     checkpoint()
     pools = np.array(
         (
