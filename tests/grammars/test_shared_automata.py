@@ -163,9 +163,19 @@ def test_keys_except_names_refuse_exactly_the_names(names):
     keys = key_except(names)
     # the language of every key less the names' spellings, and masks that are distinct and
     # packed as the NFA reads them
+    # the kernel gives the move table and the packed masks; the list of masks (Python ints)
+    # is made from them only when asked for, and agrees with them
+    table, accepting = keys.move_table(), keys.accepting_states()
+    fresh = key_except.__wrapped__(names)  # (the cached one may have been asked already)
+    fresh.move_table(), fresh.accepting_states()
+    assert fresh._moves[3] is None
     every_key = key_node()[1]
     assert same_language(keys, every_key.product(EagerDFA.from_node(names_node(names)), "diff"))
-    masks = keys.moves()[3]
+    src, ids, tgt, masks, accepting_after = keys.moves()
+    assert np.array_equal(table, np.vstack((src, ids, tgt)))
+    assert np.array_equal(accepting, accepting_after)
+    assert np.array_equal(accepting, np.flatnonzero(keys.accept))
+    assert sorted(set(ids.tolist())) == list(range(len(masks)))  # every mask used, numbered 0..
     assert len(set(masks)) == len(masks)
     assert np.array_equal(mask_bytes(keys), packed_masks(masks))
     for name in names:
