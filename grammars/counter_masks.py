@@ -159,6 +159,12 @@ class CounterMasks:
             self.stacks[sid] = hit
         return hit
 
+    def frame_key(self, dfa, g: int) -> int | tuple:
+        """DFA state g, or its description where it holds counter states: two states
+        described alike read every token alike, so a walk of the vocabulary from one is a walk
+        from the other."""
+        return self._frame(dfa, g)
+
     def _frame(self, dfa, g: int) -> int | tuple:
         hit = self.frames.get(g)
         if hit is None:

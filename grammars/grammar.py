@@ -434,7 +434,12 @@ class CompiledGrammar:
         (`follow`, None: no frame below), could have saved them (to be checked exactly;
         pushes and pops before the first byte are other stacks of the closure, walked on
         their own)."""
-        key = g if follow is None else g.to_bytes(8, "little") + follow.tobytes()
+        counted = self._counted
+        if counted is None:
+            key = g if follow is None else g.to_bytes(8, "little") + follow.tobytes()
+        else:  # frames that no token tells apart (positions of a length counter) walk alike
+            frame = counted.frame_key(self.machine.dfa, g)
+            key = frame if follow is None else (frame, follow.tobytes())
         row = self._walks.get(key)
         if row is None:
             row = self._walk_rows.new()

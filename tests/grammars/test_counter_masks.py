@@ -221,3 +221,26 @@ def test_copies_alike_but_those_a_token_reads_past_the_last_from(small, spec, te
         assert np.array_equal(grammar.mask(m.state), grammar._compute_mask(m.state)), i
         assert m.accept_token(t)
     assert grammar._counted.shared
+
+
+def test_frames_alike_share_their_walk(small):
+    """Short of minLength each position's set of stacks is a mask of its own (the tail's
+    distance to the bound), but the stack of a block counted far from its bounds is the same
+    frame, described alike, at every position: walked once. Every mask stays exact."""
+    grammar = small.compile_json_schema({"type": "string", "minLength": 20, "maxLength": 3000})
+    walked, frames = [], set()
+    walk, walk_frame = grammar.machine.walk, grammar._walk_frame
+
+    def counting_walk(g, *args):
+        walked.append(g)
+        return walk(g, *args)
+
+    def seen_frame(g, follow):
+        frames.add(g)
+        return walk_frame(g, follow)
+
+    grammar.machine.walk, grammar._walk_frame = counting_walk, seen_frame
+    states = _feed(grammar, _ids(b'"' + b"a" * 40))
+    for i, state in enumerate(states):
+        assert_mask_is_exact(grammar, state, i)
+    assert len(walked) < len(frames)  # frames of other states took a walk made before
