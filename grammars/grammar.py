@@ -216,9 +216,11 @@ class CompiledGrammar:
         # state * vocabulary size + token id -> the state after it, for ordinary tokens read
         # once (int keys: no tuples to allocate, and nothing for the cyclic collector)
         self._token_steps: dict[int, int] = {}
-        # frame walks by g (int), or by g and the bytes below (bytes): allowed rows, candidates
-        self._walks: dict[int | bytes, np.ndarray] = {}
-        self._walk_candidates: dict[int | bytes, np.ndarray] = {}
+        # frame walks by g (int), or by g and the bytes below (bytes); in a grammar with length
+        # counters by g or its counter description (CounterMasks.frame_key), paired with the
+        # bytes below: allowed rows, candidates (two dicts: no tuple of arrays kept per walk)
+        self._walks: dict[int | bytes | tuple, np.ndarray] = {}
+        self._walk_candidates: dict[int | bytes | tuple, np.ndarray] = {}
         self._lock = threading.RLock()
         self._mask_cap = max(256, _MASK_CACHE_BYTES // (4 * vocab.words))
         self._walk_bytes = 0  # held by _walks (packed tokens and candidate ids)
