@@ -44,6 +44,8 @@ class ArrayDFA(EagerDFA):
         `masks` may be None, made from the rows when first asked for."""
         if packed is not None:
             self._mask_bytes = packed
+        elif masks is None:
+            raise ValueError("an ArrayDFA needs its masks, or their packed rows")
         self.accept = accept.tolist()
         self.start = start
         self._moves = (src, mask_ids, tgt, masks, np.flatnonzero(accept).astype(np.int64))

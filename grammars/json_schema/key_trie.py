@@ -153,20 +153,17 @@ def _numbered(ids, pend_lo, pend_hi, known_lo, known_hi):
     masks' numbers (a pending mask's: the known count + its index in the pending ones)."""
     known = known_lo.shape[0]
     p = pend_lo.shape[0]
+    size = 4
+    while size < 2 * (known + p):
+        size *= 2
+    keys = np.empty((size, 2), np.uint64)
+    vals = np.full(size, -1, np.int64)  # masks by their two words: their number
+    for j in range(known):
+        if known_lo[j] != 0 or known_hi[j] != 0:  # (0, 0): wider, never a pending mask
+            _number_of(keys, vals, known_lo[j], known_hi[j], j)
     number = np.empty(p, np.int64)
     for i in range(p):
-        lo, hi = pend_lo[i], pend_hi[i]
-        found = -1
-        for j in range(known):
-            if known_lo[j] == lo and known_hi[j] == hi:
-                found = j
-                break
-        if found < 0:
-            for j in range(i):
-                if number[j] >= known and pend_lo[j] == lo and pend_hi[j] == hi:
-                    found = number[j]
-                    break
-        number[i] = known + i if found < 0 else found
+        number[i] = _number_of(keys, vals, pend_lo[i], pend_hi[i], known + i)
     new = np.zeros(known + p, np.int64)  # 1 where used, then the new number
     for j in range(ids.shape[0]):
         i = ids[j]
@@ -184,3 +181,19 @@ def _numbered(ids, pend_lo, pend_hi, known_lo, known_hi):
     for j in range(ids.shape[0]):
         ids[j] = new[ids[j]]
     return kept[:u]
+
+
+@njit(cache=True, nogil=True)
+def _number_of(keys, vals, lo, hi, number):
+    """The number of mask (lo, hi) in the hash table (keys, vals), entered with `number` when
+    it is not there yet (open addressing; the table at most half full)."""
+    mask = vals.shape[0] - 1
+    h = lo * np.uint64(0x9E3779B97F4A7C15) ^ hi * np.uint64(0xC2B2AE3D27D4EB4F)
+    s = np.int64((h ^ (h >> np.uint64(31))) & np.uint64(mask))
+    while vals[s] >= 0:
+        if keys[s, 0] == lo and keys[s, 1] == hi:
+            return vals[s]
+        s = (s + 1) & mask
+    keys[s, 0], keys[s, 1] = lo, hi
+    vals[s] = number
+    return number

@@ -88,11 +88,18 @@ def test_escapes_and_multibyte_characters_mid_token(small):
 
 
 def _check_along(grammar, tok, text: str) -> None:
-    """The mask of every state along `text`, shared or not, is the mask computed for it alone."""
+    """The mask of every state along `text`, shared or not, is the mask computed for it alone:
+    with nothing shared, neither masks nor frame walks (descriptions put aside, walks kept by
+    state in caches of their own)."""
     m = grammar.matcher()
     for t in tok.encode(text, add_special_tokens=False):
         words = grammar.mask(m.state)
-        alone = grammar._compute_mask(m.state)
+        kept = grammar._counted, grammar._walks, grammar._walk_candidates, grammar._walk_bytes
+        grammar._counted, grammar._walks, grammar._walk_candidates = None, {}, {}
+        try:
+            alone = grammar._compute_mask(m.state)
+        finally:
+            (grammar._counted, grammar._walks, grammar._walk_candidates, grammar._walk_bytes) = kept
         assert np.array_equal(words, alone), text[:40]
         assert m.accept_token(t)
 
@@ -223,10 +230,11 @@ def test_copies_alike_but_those_a_token_reads_past_the_last_from(small, spec, te
     assert grammar._counted.shared
 
 
-def test_frames_alike_share_their_walk(small):
+def test_frames_alike_share_their_walk(small, monkeypatch):
     """Short of minLength each position's set of stacks is a mask of its own (the tail's
-    distance to the bound), but the stack of a block counted far from its bounds is the same
-    frame, described alike, at every position: walked once. Every mask stays exact."""
+    distance to the bound), but the stack of a block counted far from its bounds is a frame
+    described alike at every position: its walk is made once and taken by the frames of the
+    other positions. Every mask stays exact."""
     grammar = small.compile_json_schema({"type": "string", "minLength": 20, "maxLength": 3000})
     walked, frames = [], set()
     walk, walk_frame = grammar.machine.walk, grammar._walk_frame
@@ -239,7 +247,8 @@ def test_frames_alike_share_their_walk(small):
         frames.add(g)
         return walk_frame(g, follow)
 
-    grammar.machine.walk, grammar._walk_frame = counting_walk, seen_frame
+    monkeypatch.setattr(grammar.machine, "walk", counting_walk)
+    monkeypatch.setattr(grammar, "_walk_frame", seen_frame)
     states = _feed(grammar, _ids(b'"' + b"a" * 40))
     for i, state in enumerate(states):
         assert_mask_is_exact(grammar, state, i)
