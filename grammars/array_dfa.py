@@ -18,6 +18,12 @@ def packed_masks(masks: list[int]) -> np.ndarray:
     return np.frombuffer(packed, np.uint8).reshape(len(masks), 32)
 
 
+def unpacked_masks(rows: np.ndarray) -> list[int]:
+    """packed_masks' rows as the byte masks (256-bit integers) again."""
+    data = rows.tobytes()
+    return [int.from_bytes(data[i : i + 32], "little") for i in range(0, len(data), 32)]
+
+
 def mask_bytes(dfa) -> np.ndarray:
     """The distinct masks of dfa.moves() as packed_masks rows, made once per DFA (kept on it,
     as moves() is: DFAs cached across compiles pay for this once)."""
@@ -50,6 +56,14 @@ class ArrayDFA(EagerDFA):
         self.start = start
         self._moves = (src, mask_ids, tgt, masks, np.flatnonzero(accept).astype(np.int64))
 
+    @classmethod
+    def from_table(cls, table: np.ndarray, packed: np.ndarray, accept: np.ndarray, start: int):
+        """The DFA of a (3, k) move table (sources, mask ids, targets; kept as its
+        move_table) whose masks are given as packed rows only (made into a list on need)."""
+        dfa = cls(*table, None, accept, start, packed)
+        dfa._move_table = table
+        return dfa
+
     @property
     def n_states(self) -> int:
         return len(self.accept)
@@ -57,9 +71,7 @@ class ArrayDFA(EagerDFA):
     def moves(self) -> tuple:
         moves = self._moves
         if moves[3] is None:
-            rows = self._mask_bytes.tobytes()
-            masks = [int.from_bytes(rows[i : i + 32], "little") for i in range(0, len(rows), 32)]
-            moves = self._moves = (*moves[:3], masks, moves[4])
+            moves = self._moves = (*moves[:3], unpacked_masks(self._mask_bytes), moves[4])
         return moves
 
     def accepting_states(self) -> np.ndarray:

@@ -151,7 +151,7 @@ class CounterMasks:
         if hit is None:
             g, parent = grammar._frame(sid)
             below = self._stack(grammar, parent) if parent >= 0 else None
-            frame = self._frame(grammar.machine.dfa, g)
+            frame = self.frame_key(grammar.machine.dfa, g)
             if (below is None or below >= 0) and not isinstance(frame, tuple):
                 hit = sid
             else:
@@ -163,9 +163,6 @@ class CounterMasks:
         """DFA state g, or its description where it holds counter states: two states
         described alike read every token alike, so a walk of the vocabulary from one is a walk
         from the other."""
-        return self._frame(dfa, g)
-
-    def _frame(self, dfa, g: int) -> int | tuple:
         hit = self.frames.get(g)
         if hit is None:
             out = self.out

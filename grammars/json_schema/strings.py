@@ -428,9 +428,7 @@ def key_except(names: tuple[str, ...]):
         key_moves, data, ends, parts.arrays, len(parts.accept), parts.quote, parts.close
     )
     start = int(moves[0, -1])  # the start state reads the opening quote, the last move
-    dfa = ArrayDFA(*moves, None, parts.accepting(start), start, packed)  # masks made on need
-    dfa._move_table = moves
-    return dfa
+    return ArrayDFA.from_table(moves, packed, parts.accepting(start), start)
 
 
 def string_node(schema: dict, path: str = "#", rules: dict | None = None) -> tuple:
