@@ -32,6 +32,20 @@ _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torc
 _MAX_CPU_KV_TOKENS = 1 << 18
 
 
+def available_host_memory() -> int:
+    """Bytes the kernel could hand out now: MemAvailable counts the page cache it can drop,
+    which free pages alone (SC_AVPHYS_PAGES) do not, so that a machine that has just read many
+    files does not look out of memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 def pick_device(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -198,7 +212,7 @@ class ModelRunner:
         if self.device == "cuda":
             free, _ = torch.cuda.mem_get_info()
             return int(free * self.args.mem_fraction // per_token)
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        free = available_host_memory()
         share = self.args.mem_fraction / self.local_ranks  # the ranks here share the memory
         return max(1024, min(_MAX_CPU_KV_TOKENS, int(free * share // per_token)))
 
