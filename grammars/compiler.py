@@ -15,7 +15,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from grammars import pda, unique_items
+from grammars import lazydfa_arrays, pda, unique_items
 from grammars.automaton import alt, lit
 from grammars.budget import CompileBudget, checkpoint, running
 from grammars.errors import GrammarError
@@ -320,8 +320,9 @@ def warm_up() -> None:
     for byte in b'{"a": "ab", "b": [1, {"c": [2, "x"]}]}':  # a byte's token id is the byte
         matcher.next_token_mask()
         matcher.accept_token(byte)
-    # kernels the masks above need not reach: the stack tables' growth, and the start states
-    # interned again when a grammar has more than a new DFA's room (zero of them here)
+    # kernels the masks above need not reach: the stack tables' and the DFA's growth, and the
+    # start states interned again when a grammar has more than a new DFA's room (zero here)
     pda.grown(pda.new_arrays(4))
+    lazydfa_arrays.grown(grammar.machine.dfa, len(grammar.machine.dfa.accept))
     nothing = np.zeros(0, np.int64)
     intern_starts(grammar.machine.arrays, grammar.machine.dfa, nothing, nothing)

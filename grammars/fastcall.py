@@ -6,7 +6,7 @@ kernels of lazydfa.py and pda.py, whose arguments are tuples of some 50 arrays, 
 made by the same constructors, C-contiguous and writable; Python ints and bools), so each
 kernel is compiled for one signature: after a first call through the dispatcher, `call` goes
 straight to that version's entry point (~2 µs) for as long as the kernel has that one version.
-RADIXGEN_CHECK_KERNEL_TYPES=1 (the test suite sets it) types the arguments and checks them
+RADIXGEN_CHECK_KERNEL_TYPES=1 (the test suite sets it; CHECK) types the arguments and checks them
 against that version's signature at the first call of a kernel on each new set of arrays (a new
 grammar, or arrays grown).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 _entries: dict = {}
-_CHECK = bool(os.environ.get("RADIXGEN_CHECK_KERNEL_TYPES"))
+CHECK = bool(os.environ.get("RADIXGEN_CHECK_KERNEL_TYPES"))
 _checked: set = set()
 
 
@@ -24,7 +24,7 @@ def call(kernel, *args):
     """kernel(*args)."""
     entry = _entries.get(kernel)
     if entry is not None and len(kernel.overloads) == 1:
-        if _CHECK:
+        if CHECK:
             _check(kernel, args)
         return entry(*args)
     out = kernel(*args)

@@ -237,6 +237,7 @@ def materialize(nfa, dfa, g):
     viable, table, mem, first = dfa.viable, dfa.table, dfa.mem, nfa.first
     e_ptr, e_byte, e_mask, masks = nfa.e_ptr, nfa.e_byte, nfa.e_mask, nfa.masks
     push_rule, start = dfa.push_rule, dfa.push_start[g]
+    viable[g, :] = False  # rows come uninitialised (lazydfa_arrays.grown)
     for j in range(start, start + dfa.push_count[g]):
         rule = push_rule[j]
         for b in range(256):
@@ -292,6 +293,8 @@ def materialize(nfa, dfa, g):
             targets[c] = t
         for b in range(256):
             table[g, b] = targets[cls[b]] if cls[b] >= 0 else 0
+    else:
+        table[g, :] = 0
     dfa.done[g] = True
     return 0
 

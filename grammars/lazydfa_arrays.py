@@ -100,13 +100,21 @@ def _offsets(sizes: list[int]) -> list[int]:
     return out
 
 
+# states a new DFA has room for: most grammars build more than 128 over a document, and a
+# growth copies the table (81 µs a grammar at 128 -> 512, in the fill that needed the room),
+# where rows never written cost nothing (np.empty)
+_FIRST_CAPACITY = 512
+
+
 @njit(cache=True, nogil=True)
-def _started(nfa, starts, out, capacity):
+def _started(nfa, starts, out, capacity, poison):
     """A DFA with room for `capacity` states holding the dead state (0: no members, every
-    byte leads back to it) and then intern_starts' states; (intern_starts' code, the DFA)."""
+    byte leads back to it) and then intern_starts' states; (intern_starts' code, the DFA).
+    The rows of the move table and viable bytes are left uninitialised (see enlarged), those
+    of the dead state zero."""
     dfa = DFAArrays(
-        np.zeros((capacity, 256), np.int32),  # table
-        np.zeros((capacity, 256), np.bool_),  # viable
+        np.empty((capacity, 256), np.int32),  # table
+        np.empty((capacity, 256), np.bool_),  # viable
         np.zeros(capacity, np.bool_),  # accept
         np.zeros(capacity, np.bool_),  # done
         np.zeros(capacity + 1, np.int64),  # m_ptr
@@ -119,6 +127,11 @@ def _started(nfa, starts, out, capacity):
         np.zeros(capacity, np.int64),  # push_ret
         np.zeros(5, np.int64),  # meta
     )
+    if poison:
+        dfa.table[:] = -1
+        dfa.viable[:] = True
+    dfa.table[0] = 0
+    dfa.viable[0] = False
     dfa.done[0] = True
     dfa.push_count[0] = 0
     dfa.meta[_STATES] = 1
@@ -130,7 +143,7 @@ def started_dfa(nfa: NFAArrays, starts: list[int]) -> tuple[DFAArrays, list[int]
     those states, in one compiled call unless the arrays must grow."""
     out = np.zeros(len(starts), np.int64)
     seeds = np.array(starts, np.int64)
-    code, dfa = fastcall.call(_started, nfa, seeds, out, 128)
+    code, dfa = fastcall.call(_started, nfa, seeds, out, _FIRST_CAPACITY, fastcall.CHECK)
     while code == NEED_SPACE:
         dfa = grown(dfa)
         code = intern_starts(nfa, dfa, seeds, out)
@@ -138,13 +151,21 @@ def started_dfa(nfa: NFAArrays, starts: list[int]) -> tuple[DFAArrays, list[int]
 
 
 def enlarged(arr: np.ndarray, size: int, fill=0) -> np.ndarray:
-    """`arr` with `size` rows, the new ones `fill` (`arr` itself when it has as many): zeros
-    come from calloc, so the pages of rows never written are never touched (the tables grow
-    to megabytes, and np.full wrote them all at every doubling)."""
+    """`arr` with `size` rows, the new ones `fill` (`arr` itself when it has as many); None:
+    left uninitialised, for the rows a kernel writes whole before any read (the move table
+    and viable bytes: materialize). Zeros come from calloc, but memory a freed grammar gave
+    back is zeroed by calloc all the same (~0.4 ms for 8,192 rows of the table), where
+    np.empty costs nothing until a row is written. With RADIXGEN_CHECK_KERNEL_TYPES set (the
+    test suite), uninitialised rows are filled with a value no state has, so that a read before
+    the write shows."""
     if size <= arr.shape[0]:
         return arr
     shape = (size,) + arr.shape[1:]
-    if fill == 0:
+    if fill is None:
+        out = np.empty(shape, arr.dtype)
+        if fastcall.CHECK:
+            out[arr.shape[0] :] = -1 if arr.dtype != np.bool_ else True
+    elif fill == 0:
         out = np.zeros(shape, arr.dtype)
     else:
         out = np.empty(shape, arr.dtype)
@@ -188,8 +209,8 @@ def grown(dfa: DFAArrays, states: int = 0) -> DFAArrays:
         mem_size = max(mem_size, _MEMBERS_PER_ROW * cap)
         push_size = max(push_size, _PUSHES_PER_ROW * cap)
     out = DFAArrays(
-        table=enlarged(dfa.table, cap),
-        viable=enlarged(dfa.viable, cap),
+        table=enlarged(dfa.table, cap, None),
+        viable=enlarged(dfa.viable, cap, None),
         accept=enlarged(dfa.accept, cap),
         done=enlarged(dfa.done, cap),
         m_ptr=enlarged(dfa.m_ptr, cap + 1),

@@ -69,3 +69,38 @@ def test_chain_memo_keeps_each_mask_apart():
     assert _chain(machine, b"abc", memo) == counter  # a smaller mask sent the same way
     fresh = np.zeros_like(memo)
     assert _chain(machine, letters + b"A", fresh) == counter[:1]
+
+
+def test_rows_of_grown_tables_are_written_whole_before_use():
+    """grown() leaves the new rows of the move table and of the viable bytes uninitialised
+    (poisoned under the test suite): every state built after the growth must still hold
+    exactly its moves and the first bytes of the rules it pushes."""
+    from grammars.json_schema import schema_to_rules
+
+    schema = {
+        "type": "object",
+        "properties": {f"k{i}": {"type": "array", "items": {"$ref": "#"}} for i in range(40)},
+    }
+    rules, root = schema_to_rules(schema)
+    machine = Machine(rules, root)
+    capacity = machine.dfa.table.shape[0]
+    todo, seen = [int(s) for s in machine.rule_start], set()
+    while todo:  # every state, built through materialize
+        g = todo.pop()
+        if g in seen:
+            continue
+        seen.add(g)
+        machine.live(g)
+        todo.extend(int(t) for t in np.unique(machine.dfa.table[g]) if t)
+        start, count = machine.dfa.push_start[g], machine.dfa.push_count[g]
+        todo.extend(int(t) for t in machine.dfa.push_ret[start : start + count])
+    dfa, first = machine.dfa, machine.arrays.first
+    n = int(dfa.meta[lazydfa._STATES])
+    assert n > 2 * capacity and dfa.table.shape[0] > capacity  # built past a growth
+    for g in seen:
+        row = dfa.table[g]
+        assert ((row >= 0) & (row < n)).all()
+        start, count = dfa.push_start[g], dfa.push_count[g]
+        rules_pushed = dfa.push_rule[start : start + count]
+        want = first[rules_pushed].any(axis=0) if count else np.zeros(256, bool)
+        assert (dfa.viable[g] == want).all(), g
