@@ -36,11 +36,9 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
     nfa_layout.layout)."""
     eps = np.fromiter(nfa.eps, np.int64, len(nfa.eps)).reshape(-1, 2)
     flat = nfa.edges[:]
-    masks = flat[1::3]
-    index = dict.fromkeys(masks)  # the distinct masks in order of first use, numbered
-    for i, m in enumerate(index):
-        index[m] = i
-    flat[1::3] = map(index.__getitem__, masks)
+    index: dict[int, int] = {}  # the distinct masks in order of first use, numbered
+    number = index.setdefault  # one hash a mask (they are ints of up to 256 bits)
+    flat[1::3] = [number(m, len(index)) for m in flat[1::3]]
     edges = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 3)
     flat = nfa.nts[:]
     flat[1::3] = map(rule_index.__getitem__, flat[1::3])
