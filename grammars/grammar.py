@@ -82,9 +82,10 @@ class Machine:
         self.names = names
         self.root = self.rule_index[root]
         self.counter_regions = counter_masks.counter_regions(nfa.copies, nfa.reps, rules)
-        graph = lazydfa_arrays.nfa_graph(nfa, self.rule_index)
+        self.arrays = nfa_passes.frozen_graph(
+            nfa, self.rule_index, names, self.root, starts, finals
+        )
         del nfa  # the arrays hold everything from here on
-        self.arrays = nfa_passes.frozen(graph, names, self.root, starts, finals)
         self.has_pushes = bool(len(self.arrays.nt_tgt))
         self.dfa, self.rule_start = lazydfa_arrays.started_dfa(self.arrays, starts)
         # the least length of each rule that is one embedded DFA (json_schema/counted.py's

@@ -34,6 +34,12 @@ byte, or -1 and a row of `masks`) and rule references (rule number, state to ret
 def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
     """A grammars.automaton.NFA as arrays (its fragment uses and embedded DFAs laid out by
     nfa_layout.layout)."""
+    return NFAGraph(*fastcall.call(nfa_layout.laid_out, *graph_args(nfa, rule_index)))
+
+
+def graph_args(nfa, rule_index: dict[str, int]) -> tuple:
+    """nfa_layout.laid_out's arguments for `nfa` (nfa_passes.frozen_graph passes them on in
+    the same compiled call)."""
     eps = np.fromiter(nfa.eps, np.int64, len(nfa.eps)).reshape(-1, 2)
     flat = nfa.edges[:]
     index: dict[int, int] = {}  # the distinct masks in order of first use, numbered
@@ -71,22 +77,19 @@ def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
         ),
         np.int64,
     )
-    return NFAGraph(
-        *fastcall.call(
-            nfa_layout.laid_out,
-            nfa.size,
-            eps,
-            edges,
-            nts,
-            uses,
-            np.array(copies, np.int64).reshape(-1, nfa_layout.COPY_COLUMNS),
-            pools,
-            np.concatenate(tables, axis=1) if tables else np.zeros((3, 0), np.int64),
-            len(index),
-            np.concatenate(accepting) if accepting else np.zeros(0, np.int64),
-            np.array([dfa.start for dfa in dfas], np.int64),
-            np.concatenate([packed_masks(list(index)), *blocks]),
-        )
+    return (
+        nfa.size,
+        eps,
+        edges,
+        nts,
+        uses,
+        np.array(copies, np.int64).reshape(-1, nfa_layout.COPY_COLUMNS),
+        pools,
+        np.concatenate(tables, axis=1) if tables else np.zeros((3, 0), np.int64),
+        len(index),
+        np.concatenate(accepting) if accepting else np.zeros(0, np.int64),
+        np.array([dfa.start for dfa in dfas], np.int64),
+        np.concatenate([packed_masks(list(index)), *blocks]),
     )
 
 
