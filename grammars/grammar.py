@@ -347,6 +347,12 @@ class CompiledGrammar:
         return words
 
     def _compute_mask(self, ss: int) -> np.ndarray:
+        members, complete = self.closure(ss)
+        if len(members) == 1 and not complete:  # one frame: its walk may be the mask itself
+            g, parent = self._frame(members[0])
+            frame, candidates = self._walk_frame(g, None if parent < 0 else self._follow(parent))
+            if not len(candidates):  # neither is ever changed: no copy (~16 KB with Llama-3)
+                return frame.view("<i4")
         vocab = self.vocab
         # bit t of word w: token 32w + t; the first frame's walk is copied into it (a row is
         # ~16 KB with Llama-3: zeroing it first cost a pass of its own)
@@ -354,7 +360,7 @@ class CompiledGrammar:
         first = True
         # every stack reachable without reading (pushed rules, popped frames) walks its own
         # frame; walks then only need to look for pushes and pops after the first byte
-        for sid in self.closure(ss)[0]:
+        for sid in members:
             g, parent = self._frame(sid)
             follow = None if parent < 0 else self._follow(parent)
             frame, candidates = self._walk_frame(g, follow)
@@ -373,7 +379,7 @@ class CompiledGrammar:
                 _set_bits(words, self._checked_leaving(sid, g, parent, follow, candidates))
         if first:  # no stack: nothing allowed
             words.fill(0)
-        if self.is_complete(ss):
+        if complete:
             _set_bits(words, vocab.eos_ids)
         return words.view("<i4")
 
