@@ -52,6 +52,7 @@ _scratch = threading.local()  # a buffer per thread for the candidates of walks
 _MIN_WALK_ROOM, _WALK_ROOM = 24, 128
 _ROW_BLOCK = 32  # rows of masks or of frame walks per allocation (few to free with a grammar)
 _FIRST_ROWS = 4  # rows of a grammar's first block of each
+_MAX_FOLLOWS = 1 << 16  # _follow's arrays kept (256 bytes each), then the memo starts over
 _NO_CANDIDATES = np.zeros(0, np.int64)
 _NO_PREFIX = (  # walk's chain steps, when none
     np.zeros(0, np.int16),
@@ -210,6 +211,7 @@ class CompiledGrammar:
         self._complete: dict[int, bool] = {}
         self._steps: dict[int, int] = {}
         self._live: dict[int, list[int]] = {}
+        self._follows: dict[int, np.ndarray] = {}  # stack -> _follow's booleans
         self._masks: dict[int, np.ndarray] = {}
         # masks and walks from blocks of their own: a cache cleared frees its blocks
         self._mask_rows = _RowBlocks(vocab.words)
@@ -413,9 +415,14 @@ class CompiledGrammar:
         return trie.ids[found[:n]]
 
     def _follow(self, parent: int) -> np.ndarray:
-        """The bytes stack `parent` can read, as 256 booleans."""
-        follow = np.zeros(256, np.bool_)
-        follow[self.live_bytes(self._single(parent))] = True
+        """The bytes stack `parent` can read, as 256 booleans (kept by stack: never changed)."""
+        follow = self._follows.get(parent)
+        if follow is None:
+            if len(self._follows) >= _MAX_FOLLOWS:
+                self._follows.clear()
+            follow = np.zeros(256, np.bool_)
+            follow[self.live_bytes(self._single(parent))] = True
+            self._follows[parent] = follow
         return follow
 
     def _trie_rows(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
