@@ -350,25 +350,20 @@ class CompiledGrammar:
 
     def _compute_mask(self, ss: int) -> np.ndarray:
         members, complete = self.closure(ss)
-        if len(members) == 1 and not complete:  # one frame: its walk may be the mask itself
-            g, parent = self._frame(members[0])
-            frame, candidates = self._walk_frame(g, None if parent < 0 else self._follow(parent))
-            if not len(candidates):  # neither is ever changed: no copy (~16 KB with Llama-3)
-                return frame.view("<i4")
-        vocab = self.vocab
-        # bit t of word w: token 32w + t; the first frame's walk is copied into it (a row is
-        # ~16 KB with Llama-3: zeroing it first cost a pass of its own)
-        words = self._mask_rows.new(zero=False)
-        first = True
+        words = None
         # every stack reachable without reading (pushed rules, popped frames) walks its own
         # frame; walks then only need to look for pushes and pops after the first byte
         for sid in members:
             g, parent = self._frame(sid)
             follow = None if parent < 0 else self._follow(parent)
             frame, candidates = self._walk_frame(g, follow)
-            if first:
+            if words is None:
+                if len(members) == 1 and not complete and not len(candidates):
+                    return frame.view("<i4")  # the walk itself: neither is ever changed
+                # bit t of word w: token 32w + t; the first frame's walk is copied into it (a
+                # row is ~16 KB with Llama-3: zeroing it first cost a pass of its own)
+                words = self._mask_rows.new(zero=False)
                 words[:] = frame
-                first = False
             else:
                 words |= frame
             if not len(candidates):
@@ -379,10 +374,10 @@ class CompiledGrammar:
             else:  # those another stack allowed need no check
                 candidates = candidates[(words[candidates >> 5] >> (candidates & 31)) & 1 == 0]
                 _set_bits(words, self._checked_leaving(sid, g, parent, follow, candidates))
-        if first:  # no stack: nothing allowed
-            words.fill(0)
+        if words is None:  # no stack: nothing allowed
+            words = self._mask_rows.new()
         if complete:
-            _set_bits(words, vocab.eos_ids)
+            _set_bits(words, self.vocab.eos_ids)
         return words.view("<i4")
 
     def _checked_leaving(self, sid, g, parent, follow, candidates) -> np.ndarray:
