@@ -209,9 +209,15 @@ class NFA:
             cur = s
             for i, child in enumerate(children):
                 nxt = e if i == last else first + i + 1
-                if child[0] == "b":  # the common case (literals), without a call
+                kind = child[0]
+                if kind == "b":  # the common case (literals), without a call
                     if child[1]:
                         edges += (cur, child[1], nxt)
+                elif kind == "rep" and child[3] is None and not child[2] and child[1][0] == "b":
+                    loop = self.reserve(1)  # any number of one byte class (whitespace)
+                    if child[1][1]:
+                        edges += (loop, child[1][1], loop)
+                    self.eps += (cur, loop, loop, nxt)
                 else:
                     self.build(child, cur, nxt)
                 cur = nxt

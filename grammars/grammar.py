@@ -57,7 +57,9 @@ _NO_CANDIDATES = np.zeros(0, np.int64)
 _NO_PREFIX = (  # walk's chain steps, when none
     np.zeros(0, np.int16),
     np.zeros(0, np.int64),
-    (np.zeros(0, np.int64),) * 4,
+    (*(np.zeros(0, np.int64),) * 4, *(np.zeros(0, np.uint32),) * 2)
+    + (*(np.zeros(0, np.int16),) * 2, np.zeros(0, np.int32))
+    + (*(np.zeros(0, np.int16),) * 2, np.zeros(0, np.int32)),
 )
 
 
@@ -167,7 +169,7 @@ class Machine:
         if hub and length > 0 and (length < vocab.max_len or chars):  # a counter's prefix,
             # however short: a counter's last states otherwise walked the whole trie (~0.4 ms
             # with SmolLM2), and one of characters its multi-byte tokens (~1.5 ms, Llama-3)
-            prefix, long_rows, fits = vocab.chain_steps(in_chain, length)
+            prefix, long_rows, fits = vocab.chain_steps(in_chain, length, bool(utf8))
         n_cand = self._run(
             lazydfa_walk.walk,
             g,

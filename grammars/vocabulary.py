@@ -8,12 +8,14 @@ import numpy as np
 
 from grammars import lazydfa
 from grammars.lazydfa import njit
+from grammars.lazydfa_chain import CHAR_STEPS
 from grammars.tokenizer_info import TokenizerInfo
 
 _MAX_CACHED_CHAINS = 64  # chain layouts kept per vocabulary
 # chain steps kept (vocabulary.chain_steps): two bytes a token for each byte set (a 128k
 # vocabulary: 256 KB each)
 _MAX_CACHED_STEPS = 64
+_FAR = 32767  # chain_steps: a run that does not fit (int16)
 
 
 class TokenTrie(NamedTuple):
@@ -254,16 +256,20 @@ class Vocabulary:
         starts_in, stays = self._stays(in_mask, utf8)
         return np.nonzero(starts_in & stays)[0]
 
-    def chain_steps(self, in_mask: np.ndarray, length: int):
+    def chain_steps(self, in_mask: np.ndarray, length: int, utf8: bool = False):
         """For a chain of `length` states over the bytes of `in_mask` that is not a loop (a
-        counter): (steps[id]: the states a token takes along the chain, its bytes when it
-        never leaves the mask, minus its characters when it holds multi-byte UTF-8 characters
-        (the last one possibly cut short) and bytes of the mask, else 0; the rows that never
-        leave the mask but are longer than `length`; fits: the ids whose steps are positive
-        and those whose steps are negative, each sorted by the absolute steps, with those
-        steps, so that the tokens a chain allows at once are a prefix of each,
-        lazydfa_walk.walk). Cached per mask, the rows a slice of them sorted by length."""
-        key = in_mask.tobytes()
+        counter): (steps: the states a token takes along the chain, its bytes when it never
+        leaves the mask, minus its characters when it holds multi-byte UTF-8 characters (the
+        last one possibly cut short) and bytes of the mask, else 0, by trie row (the walk reads
+        them in trie order: by id, a cache miss a row); the rows that never leave the mask but
+        are longer than `length`; fits: the ids whose steps are positive and those whose steps
+        are negative, each sorted by the absolute steps, with those steps, so that the tokens a
+        chain allows at once are a prefix of each, each set's bits (as masks), then for each
+        row k of the mask's
+        chain_layout(in_mask, utf8) and then for each trie row, _fitting_runs: a run of
+        tokens that all fit is passed over at once (lazydfa_walk.walk; Llama-3 has ~29,000
+        such tokens). Cached per mask and utf8, the rows a slice of them sorted by length."""
+        key = (in_mask.tobytes(), utf8)
         hit = self._steps.get(key)
         if hit is None:
             if len(self._steps) >= _MAX_CACHED_STEPS:
@@ -281,7 +287,14 @@ class Vocabulary:
                 ids = np.flatnonzero(sign * steps > 0)
                 by = np.argsort(sign * steps[ids], kind="stable")
                 fits += [ids[by], sign * steps[ids[by]].astype(np.int64)]
-            hit = self._steps[key] = (steps, whole[order], -lengths[order], tuple(fits))
+            fits += [self.pack(steps > 0).view(np.uint32), self.pack(steps < 0).view(np.uint32)]
+            by_row = steps[trie.ids]
+            layout = self.chain_layout(in_mask, utf8)
+            exit_steps = by_row[layout.rows]
+            fits += _fitting_runs(exit_steps, layout.lcp, _starts(layout.run_end))
+            firsts = trie.data[trie.ptr[:-1]]
+            fits += _fitting_runs(by_row, trie.lcp, _starts(firsts))
+            hit = self._steps[key] = (by_row, whole[order], -lengths[order], tuple(fits))
         steps, rows, shorter, fits = hit  # shorter: minus the rows' lengths, ascending
         return steps, rows[: np.searchsorted(shorter, -length)], fits
 
@@ -295,3 +308,43 @@ class Vocabulary:
             ptr = trie.ptr
             self._chars = (ptr[1:] - ptr[:-1]) - (tails[ptr[1:]] - tails[ptr[:-1]])
         return self._chars
+
+
+def _starts(keys: np.ndarray) -> np.ndarray:
+    """Where a row's key differs from the one before (the first row: True)."""
+    out = np.ones(len(keys), np.bool_)
+    out[1:] = keys[1:] != keys[:-1]
+    return out
+
+
+def _fitting_runs(steps: np.ndarray, lcp: np.ndarray, starts: np.ndarray) -> tuple:
+    """Rows (with chain_steps `steps`, sharing lcp[k] bytes with the one before, in groups
+    that begin where `starts`) cut into runs of rows that hold multi-byte characters, at most
+    CHAR_STEPS of them (those a chain may take at once, lazydfa_chain.chain_info), and runs
+    of the others: for each row k, (the most characters over rows k.. to the end of k's run,
+    _FAR in a run of others; the fewest bytes rows k + 1.. to that end share with the one
+    before, _FAR: none; the end of k's run)."""
+    words = (steps < 0) & (steps >= -CHAR_STEPS)
+    cut = np.append(starts, True)
+    cut[1:-1] |= words[1:] != words[:-1]
+    bounds = np.flatnonzero(cut)
+    end = np.repeat(bounds[1:], np.diff(bounds)).astype(np.int32)
+    return (*_run_suffixes(np.where(words, -steps, _FAR), lcp, end), end)
+
+
+@njit(cache=True, nogil=True)
+def _run_suffixes(chars, lcp, run_end):
+    """For rows in runs (run_end[k]: the end of row k's run): the most of `chars` over rows
+    k.. to the end of k's run, and the fewest of `lcp` over rows k + 1.. to that end (_FAR:
+    none)."""
+    n = chars.shape[0]
+    most = np.empty(n, np.int16)
+    fewest = np.empty(n, np.int16)
+    for k in range(n - 1, -1, -1):
+        if k + 1 < run_end[k]:  # not the last of its run
+            most[k] = max(chars[k], most[k + 1])
+            fewest[k] = min(lcp[k + 1], fewest[k + 1])
+        else:
+            most[k] = chars[k]
+            fewest[k] = _FAR
+    return most, fewest

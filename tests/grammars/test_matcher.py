@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from grammars import GrammarError
 from grammars.json_schema.counted import _BLOCK
+from grammars.lazydfa_chain import CHAR_STEPS
 from tests.grammars.conftest import assert_mask_is_exact
 
 CALC = r"""
@@ -480,8 +481,24 @@ def test_masks_on_counters_of_characters(compiler, schema, prefixes):
         )
         assert m.accept_string(text), text
         assert_mask_is_exact(grammar, m.state, text)
-    # the masks took that path: token steps of characters
+    # the masks took that path: token steps of characters, in runs that all fit
     assert any((steps < 0).any() for steps, *_ in compiler.vocab._steps.values())
+    assert any((fits[9] <= CHAR_STEPS).any() for *_, fits in compiler.vocab._steps.values())
+
+
+def test_fitting_runs_cut_at_groups_and_at_tokens_that_may_not_fit():
+    """vocabulary._fitting_runs: runs of tokens of at most CHAR_STEPS multi-byte characters
+    (negative chain steps), within groups, each row with the most characters to its run's end
+    and the fewest bytes the rows after it share."""
+    from grammars.vocabulary import _FAR, _fitting_runs
+
+    steps = np.array([-2, -3, 0, -1, -(CHAR_STEPS + 1), -4, -1, 5], np.int16)
+    lcp = np.array([0, 1, 2, 1, 0, 3, 2, 1], np.int64)
+    starts = np.array([1, 0, 0, 0, 0, 1, 0, 0], np.bool_)
+    most, fewest, end = _fitting_runs(steps, lcp, starts)
+    assert most.tolist() == [3, 3, _FAR, 1, _FAR, 4, 1, _FAR]
+    assert fewest.tolist() == [1, _FAR, _FAR, _FAR, _FAR, 2, _FAR, _FAR]
+    assert end.tolist() == [2, 2, 3, 4, 5, 7, 7, 8]
 
 
 def test_chain_steps_of_every_token_with_one_layout_kept(compiler, monkeypatch):
@@ -494,7 +511,9 @@ def test_chain_steps_of_every_token_with_one_layout_kept(compiler, monkeypatch):
     vocab = compiler.vocab
     in_mask = np.zeros(256, np.bool_)
     in_mask[[ord(c) for c in "abcdefghijklmnopqrstuvwxyz _-"]] = True
-    steps, long_rows, _ = vocab.chain_steps(in_mask, 3)
+    by_row, long_rows, _ = vocab.chain_steps(in_mask, 3)
+    steps = np.zeros(vocab.size, np.int64)
+    steps[vocab.trie.ids] = by_row
     for tid in range(vocab.size):
         data = vocab.token_bytes[tid]
         expected = 0
