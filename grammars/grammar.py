@@ -46,6 +46,8 @@ _MASK_CACHE_BYTES = 64 << 20
 _WALK_CACHE_BYTES = 8 << 20
 _TOKEN_STEP_CAP = 1 << 16  # memoised (state, token) steps a grammar keeps (~6 MB), then anew
 _NO_FOLLOW = np.zeros(256, np.bool_)
+_NO_FATES = np.zeros(0, np.int8)
+_MAX_FATES = 64  # the suffix fates a Machine keeps (a byte a suffix: ~28 KB with Llama-3)
 _scratch = threading.local()  # a buffer per thread for the candidates of walks
 # states a token walk may add without growing the arrays: as many as the DFA has (at least
 # _MIN_WALK_ROOM, at most _WALK_ROOM), so a small grammar's arrays stay small
@@ -102,6 +104,7 @@ class Machine:
         self.unique = None  # a json_schema.unique.UniquePlan the matcher checks
         self._utf8_memo = np.zeros((0, 2), np.int64)  # lazydfa_chain._utf8_step's
         self._chain_memo = np.zeros((0, 5), np.int64)  # lazydfa.extend_chain's
+        self._fates: dict[tuple, np.ndarray] = {}  # see walk
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
     def _run(self, kernel, *args):
@@ -165,6 +168,16 @@ class Machine:
         utf8, utf8_from_g = slots[lazydfa_chain.UTF8], slots[lazydfa_chain.UTF8_FROM_G]
         chars = slots[lazydfa_chain.CHARS]
         layout = vocab.chain_layout(in_chain, bool(utf8))
+        fates = _NO_FATES
+        if hub and not length:  # a loop: the fates of the rows' suffixes read from its hub
+            # (lazydfa_walk._suffix_fates), the same for every state leading to it (each
+            # position of a pattern searched for in a string: ~28,000 suffixes, Llama-3)
+            key = (hub, follow.tobytes() if can_pop else None)
+            fates = self._fates.get(key)
+            if fates is None:
+                if len(self._fates) >= _MAX_FATES:
+                    self._fates.clear()
+                fates = self._fates[key] = np.full(len(layout.suffixes.ids) + 1, -1, np.int8)
         prefix, long_rows, fits = _NO_PREFIX
         if hub and length > 0 and (length < vocab.max_len or chars):  # a counter's prefix,
             # however short: a counter's last states otherwise walked the whole trie (~0.4 ms
@@ -191,6 +204,7 @@ class Machine:
             chars,
             chain,
             self._chain_memo,
+            fates,
         )
         return candidates[:n_cand].copy() if n_cand else _NO_CANDIDATES
 

@@ -90,6 +90,7 @@ def walk(
     chars,
     chain,
     chain_memo,
+    fates,
 ):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
     way; a row reuses the states of the prefix it shares with the rows before, and rows that
@@ -117,7 +118,9 @@ def walk(
     `chars` states take a multi-byte character a step (a counter of characters,
     lazydfa_chain.chain_info), so are the tokens of such characters that fit: they are not
     walked. `chain`: the hub's chain as lazydfa_chain.chain_info left it (chain[0] = 0: not
-    made yet), extended here; `chain_memo`: lazydfa.extend_chain's.
+    made yet), extended here; `chain_memo`: lazydfa.extend_chain's; `fates`: where the hub
+    is a loop, the fates of the layout's suffixes read from it (_suffix_fates) and a last slot,
+    -1 until they are known: kept by the caller for the next walk to the same hub.
 
     A row of a first byte that does not lead to a loop's hub but reaches the hub later (the
     first letter of a named key, then any key) opens a subtree of rows sharing that prefix:
@@ -155,7 +158,8 @@ def walk(
     # a loop at the hub: a row leaving it does so from the hub, so its fate is that of the
     # bytes from its exit on, walked once for all the rows that end with them (suffix_of)
     loop = covering and depth >= 2 and chain[2] == hub
-    fates = np.full(suffixes[0].shape[0] if loop else 0, -1, np.int8)
+    if not loop:
+        fates = fates[:0]
     for first in range(256):
         lead = utf8 and utf8_tail(first)[0] > 0
         covered = covering and (in_chain[first] or lead)
@@ -172,12 +176,11 @@ def walk(
         dead_at = -1  # an earlier row sharing this row's prefix died reading byte dead_at
         dead_viable = False
         if covered and loop and in_chain[first] and table[g, first] == hub:
-            pending = fates.shape[0] and fates[0] < 0
-            if (
-                pending
-                and _suffix_fates(nfa, dfa, hub, suffixes, can_pop, follow, track, fates) < 0
-            ):
-                return NEED_SPACE
+            done_at = fates.shape[0] - 1  # its last slot: 0 once all are known
+            if done_at >= 0 and fates[done_at] < 0:
+                if _suffix_fates(nfa, dfa, hub, suffixes, can_pop, follow, track, fates) < 0:
+                    return NEED_SPACE
+                fates[done_at] = 0
             for k in range(exit_group[first], exit_group[first + 1]):
                 fate = fates[suffix_of[k]]
                 if fate == _ALIVE:

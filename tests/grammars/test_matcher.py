@@ -486,6 +486,21 @@ def test_masks_on_counters_of_characters(compiler, schema, prefixes):
     assert any((fits[9] <= CHAR_STEPS).any() for *_, fits in compiler.vocab._steps.values())
 
 
+def test_masks_of_a_pattern_searched_in_a_string_share_the_loop_s_suffix_fates(compiler):
+    """Each position of an unanchored pattern is a state of its own leading to one loop (any
+    string before the match): the fates of the tokens' suffixes read from that loop are worked
+    out once (Machine._fates) and the masks stay exact."""
+    grammar = compiler.compile_json_schema({"type": "string", "pattern": "[0-9a-f]{4}-[0-9a-f]{2}"})
+    for prefix in ["", "x", "ab", "xab1", "ab12-", "ab12-3", "zz ab12-3f q"]:
+        m = grammar.matcher()
+        text = json.dumps(prefix)[:-1]
+        assert m.accept_string(text), text
+        assert_mask_is_exact(grammar, m.state, text)
+    kept = grammar.machine._fates
+    assert any(fates[-1] == 0 for fates in kept.values())  # worked out
+    assert len(kept) < 4  # and shared by the positions
+
+
 def test_fitting_runs_cut_at_groups_and_at_tokens_that_may_not_fit():
     """vocabulary._fitting_runs: runs of tokens of at most CHAR_STEPS multi-byte characters
     (negative chain steps), within groups, each row with the most characters to its run's end
