@@ -47,9 +47,9 @@ def set_bits(words, tokens):
 
 @njit(cache=True, nogil=True)
 def _allow_first(allowed, ids, n, words):
-    """Set the bits of ids[:n] in `allowed` (zero there), whose bits are `words` with all of
-    `ids` set: one by one, or all at once less the rest where n is most of them (near a
-    120,000 bits of a chain's tokens set one by one took ~0.2 ms with Llama-3)."""
+    """Set the bits of ids[:n] in `allowed` (zero there; `words`: the bits of all of `ids`):
+    one by one, or where n is most of them all at once less the rest (the ~120,000 tokens a
+    counter's chain allows with Llama-3 were set one by one)."""
     if 2 * n <= ids.shape[0]:
         for i in range(n):
             _set(allowed, ids[i])
@@ -113,8 +113,9 @@ def walk(
 
     A chain that is not a loop (a length counter) but shorter than `depth` is used the same
     way when `prefix` (vocabulary.chain_steps: the steps by trie row, and `fits` the ids sorted
-    by them) is given: the tokens that never leave the mask and fit in the chain (`limit` states) are allowed at once, the longer ones (`long_rows`)
-    are walked from the chain's end, and the others as for a loop. Where the chain's first
+    by them, then runs of rows that all fit) is given: the tokens that never leave the mask and
+    fit in the chain (`limit` states) are allowed at once, the longer ones (`long_rows`) are
+    walked from the chain's end, and the others as for a loop. Where the chain's first
     `chars` states take a multi-byte character a step (a counter of characters,
     lazydfa_chain.chain_info), so are the tokens of such characters that fit: they are not
     walked. `chain`: the hub's chain as lazydfa_chain.chain_info left it (chain[0] = 0: not
@@ -302,8 +303,8 @@ def _walk_past_chain(
     if not done[end_state] and materialize(nfa, dfa, end_state) < 0:
         return NEED_SPACE
     # each row's first byte past the chain, read from its last state, decided once per byte:
-    # near a counter's end most rows die there (a string's maxLength: every byte but the
-    # quote), and walking each of them took ~0.3 ms with Llama-3
+    # near a counter's end most rows die there (at a string's maxLength every byte but the
+    # quote: ~40,000 rows of Llama-3 a few characters before it)
     fate = np.empty(256, np.int8)
     dead = True  # every byte dies there, none a candidate: no row to look at
     for b in range(256):

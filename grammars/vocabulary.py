@@ -264,11 +264,11 @@ class Vocabulary:
         them in trie order: by id, a cache miss a row); the rows that never leave the mask but
         are longer than `length`; fits: the ids whose steps are positive and those whose steps
         are negative, each sorted by the absolute steps, with those steps, so that the tokens a
-        chain allows at once are a prefix of each, each set's bits (as masks), then for each
-        row k of the mask's
-        chain_layout(in_mask, utf8) and then for each trie row, _fitting_runs: a run of
-        tokens that all fit is passed over at once (lazydfa_walk.walk; Llama-3 has ~29,000
-        such tokens). Cached per mask and utf8, the rows a slice of them sorted by length."""
+        chain allows at once are a prefix of each, and each set's bits (as masks), then
+        _fitting_runs over the rows of chain_layout(in_mask, utf8) and over the trie's rows:
+        the walk passes over a run of multi-byte tokens that all fit at once (Llama-3 has
+        ~29,000 such tokens, which it visited one by one). Cached per mask and utf8, the rows a
+        slice of them sorted by length."""
         key = (in_mask.tobytes(), utf8)
         hit = self._steps.get(key)
         if hit is None:
