@@ -104,3 +104,31 @@ def test_rows_of_grown_tables_are_written_whole_before_use():
         rules_pushed = dfa.push_rule[start : start + count]
         want = first[rules_pushed].any(axis=0) if count else np.zeros(256, bool)
         assert (dfa.viable[g] == want).all(), g
+
+
+def test_byte_classes_are_the_bytes_read_by_the_same_edges():
+    """lazydfa._split_classes: two bytes share a class exactly when the same edges read them,
+    and the classes hold every byte some edge reads, each once (sets of random sizes, single
+    bytes among them, up to 70 edges: more than a word of edges)."""
+    rng = np.random.default_rng(5)
+    for n_edges in (1, 2, 3, 8, 70):
+        sets = []
+        for _ in range(n_edges):
+            k = int(rng.choice([1, 1, 4, 40, 200]))
+            sets.append(set(rng.choice(256, size=k, replace=False).tolist()))
+        bits = np.zeros((n_edges, 4), np.uint64)
+        for e, members in enumerate(sets):
+            for b in members:
+                bits[e, b >> 6] |= np.uint64(1 << (b & 63))
+        cls = np.empty((256, 4), np.uint64)
+        n = lazydfa._split_classes(bits, n_edges, cls)
+        classes = [
+            {64 * w + i for w in range(4) for i in range(64) if int(cls[c, w]) >> i & 1}
+            for c in range(n)
+        ]
+        assert all(classes)
+        assert sorted(b for c in classes for b in c) == sorted(set().union(*sets))
+        for c in classes:
+            readers = {tuple(b in s for s in sets) for b in c}
+            assert len(readers) == 1
+        assert len({tuple(min(c) in s for s in sets) for c in classes}) == n
