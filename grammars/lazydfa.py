@@ -333,9 +333,8 @@ def materialize(nfa, dfa, g):
             for w in range(4):
                 x = cls[c, w]
                 while x:
-                    low = x & (~x + np.uint64(1))
-                    table[g, (w << 6) + _low_bit(low)] = t
-                    x ^= low
+                    table[g, (w << 6) + _low_bit(x)] = t
+                    x &= x - np.uint64(1)  # the lowest bit cleared
     dfa.done[g] = True
     return 0
 

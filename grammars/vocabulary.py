@@ -232,12 +232,8 @@ class Vocabulary:
             lcp = lazydfa.shared_prefixes(trie.data, trie.ptr, rows)
             group = np.searchsorted(firsts, np.arange(257)).astype(np.int64)
             suffix_of, suffixes = _exit_suffixes(trie, rows, where)
-            starts = np.ones(len(rows) + 1, np.bool_)  # where a run starts
-            starts[1:-1] = (
-                (firsts[1:] != firsts[:-1]) | (where[1:] != where[:-1]) | (leave[1:] != leave[:-1])
-            )
-            bounds = np.flatnonzero(starts)
-            run_end = np.repeat(bounds[1:], np.diff(bounds)).astype(np.int64)
+            starts = _starts(firsts) | _starts(where) | _starts(leave)  # where a run starts
+            run_end = _run_ends(starts).astype(np.int64)
             hit = self._chains[key] = ChainLayout(
                 exits, full, rows, lcp, group, in_mask, suffix_of, suffixes, run_end
             )
@@ -325,11 +321,15 @@ def _fitting_runs(steps: np.ndarray, lcp: np.ndarray, starts: np.ndarray) -> tup
     _FAR in a run of others; the fewest bytes rows k + 1.. to that end share with the one
     before, _FAR: none; the end of k's run)."""
     words = (steps < 0) & (steps >= -CHAR_STEPS)
-    cut = np.append(starts, True)
-    cut[1:-1] |= words[1:] != words[:-1]
-    bounds = np.flatnonzero(cut)
-    end = np.repeat(bounds[1:], np.diff(bounds)).astype(np.int32)
+    end = _run_ends(starts | _starts(words)).astype(np.int32)
     return (*_run_suffixes(np.where(words, -steps, _FAR), lcp, end), end)
+
+
+def _run_ends(starts: np.ndarray) -> np.ndarray:
+    """For each row, the row where its run ends (runs begin where `starts`, the first row
+    among them)."""
+    bounds = np.append(np.flatnonzero(starts), len(starts))
+    return np.repeat(bounds[1:], np.diff(bounds))
 
 
 @njit(cache=True, nogil=True)
