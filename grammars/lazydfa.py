@@ -301,11 +301,10 @@ def materialize(nfa, dfa, g):
                 b = e_byte[j]
                 if b >= 0:
                     bits[e, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
-                else:
+                else:  # a class of several bytes, kept as 4 words (nfa_layout.mask_columns)
                     m = e_mask[j]
-                    for c in range(256):
-                        if masks[m, c]:
-                            bits[e, c >> 6] |= np.uint64(1) << np.uint64(c & 63)
+                    for w in range(4):
+                        bits[e, w] = masks[m, w]
                 e += 1
         cls = np.empty((256, 4), np.uint64)  # the classes' bytes
         n_cls = _split_classes(bits, n_edges, cls)

@@ -28,7 +28,8 @@ NFAGraph = namedtuple(
     "NFAGraph", "eps_ptr eps_idx e_ptr e_byte e_mask e_tgt masks nt_ptr nt_rule nt_tgt"
 )
 NFAGraph.__doc__ = """An NFA's moves as CSR arrays by source state: empty moves, byte moves (a
-byte, or -1 and a row of `masks`) and rule references (rule number, state to return to)."""
+byte, or -1 and a row of `masks`: several bytes as four 64-bit words) and rule references
+(rule number, state to return to)."""
 
 
 def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:

@@ -113,15 +113,16 @@ def laid_out(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, sta
     eps_ptr, eps_to, e_ptr, e_cols, nt_ptr, nt_cols = layout(
         n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts
     )
-    e_byte, e_mask, rows = mask_columns(mask_bytes, e_cols[0])
-    return eps_ptr, eps_to, e_ptr, e_byte, e_mask, e_cols[1], rows, nt_ptr, nt_cols[0], nt_cols[1]
+    e_byte, e_mask, words = mask_columns(mask_bytes, e_cols[0])
+    return eps_ptr, eps_to, e_ptr, e_byte, e_mask, e_cols[1], words, nt_ptr, nt_cols[0], nt_cols[1]
 
 
 @njit(cache=True, nogil=True)
 def mask_columns(mask_bytes, edge_ids):
     """The distinct byte masks (k, 32) little-endian, and each edge's mask id: per edge its
-    byte (-1 where the mask holds several) and its row of `rows` (-1 where it holds one), and
-    `rows`, the masks of several bytes as booleans (at least one row)."""
+    byte (-1 where the mask holds several) and its row of `words` (-1 where it holds one), and
+    `words`, the masks of several bytes as four 64-bit words (byte b: bit b & 63 of word
+    b >> 6; at least one row), as lazydfa.materialize splits byte classes."""
     k = mask_bytes.shape[0]
     byte_of = np.full(k, -1, np.int64)
     row_of = np.full(k, -1, np.int64)
@@ -140,21 +141,18 @@ def mask_columns(mask_bytes, edge_ids):
         else:
             row_of[m] = wide
             wide += 1
-    rows = np.zeros((max(1, wide), 256), np.bool_)
+    words = np.zeros((max(1, wide), 4), np.uint64)
     for m in range(k):
         r = row_of[m]
         if r >= 0:
             for i in range(32):
-                v = mask_bytes[m, i]
-                if v:
-                    for bit in range(8):
-                        rows[r, 8 * i + bit] = (v >> bit) & 1
+                words[r, i >> 3] |= np.uint64(mask_bytes[m, i]) << np.uint64(8 * (i & 7))
     e_byte = np.empty(edge_ids.shape[0], np.int64)
     e_mask = np.empty(edge_ids.shape[0], np.int64)
     for j in range(edge_ids.shape[0]):
         e_byte[j] = byte_of[edge_ids[j]]
         e_mask[j] = row_of[edge_ids[j]]
-    return e_byte, e_mask, rows
+    return e_byte, e_mask, words
 
 
 @njit(cache=True, nogil=True)

@@ -251,8 +251,11 @@ def _first_bytes(g, starts, finals, mark, stack, buf):
             for j in range(e_ptr[x], e_ptr[x + 1]):
                 if e_byte[j] >= 0:
                     first[r, e_byte[j]] = True
-                else:
-                    first[r] |= masks[e_mask[j]]
+                else:  # 4 words (nfa_layout.mask_columns)
+                    m = e_mask[j]
+                    for b in range(256):
+                        if masks[m, b >> 6] >> np.uint64(b & 63) & np.uint64(1):
+                            first[r, b] = True
     # callees before callers (depth first; 1: in progress, 2: done)
     state = np.zeros(n_rules, np.int64)
     todo = np.empty(n_rules, np.int64)

@@ -62,7 +62,7 @@ def _moves_by_state(graph) -> tuple:
     for s in range(n):
         for j in range(graph.e_ptr[s], graph.e_ptr[s + 1]):
             b, m = int(graph.e_byte[j]), int(graph.e_mask[j])
-            mask = 1 << b if b >= 0 else sum(1 << x for x in np.flatnonzero(graph.masks[m]))
+            mask = 1 << b if b >= 0 else sum(int(w) << 64 * i for i, w in enumerate(graph.masks[m]))
             edges[s].add((mask, int(graph.e_tgt[j])))
     nts = [set() for _ in range(n)]
     for s in range(n):
