@@ -36,7 +36,7 @@ _STATES, _MEM, _PUSHES, _GEN, _WANT = range(5)
 NFAArrays = namedtuple(
     "NFAArrays",
     "eps_ptr eps_idx important final e_ptr e_byte e_mask e_tgt masks nt_ptr nt_rule nt_tgt "
-    "first mark stack buf pairs",
+    "first mark stack buf pairs edge_bits edge_tgts classes",
 )
 DFAArrays = namedtuple(
     "DFAArrays",
@@ -291,25 +291,31 @@ def materialize(nfa, dfa, g):
         n_edges += e_ptr[x + 1] - e_ptr[x]
     table[g, :] = 0
     if n_edges:
-        bits = np.zeros((n_edges, 4), np.uint64)
-        edge_ids = np.empty(n_edges, np.int64)
+        # in the grammar's scratch arrays (allocations were an eighth of the work), or in
+        # arrays of its own for a state of more edges than they hold
+        bits, tgts, cls = nfa.edge_bits, nfa.edge_tgts, nfa.classes
+        if n_edges > tgts.shape[0]:
+            bits = np.empty((n_edges, 4), np.uint64)
+            tgts = np.empty(n_edges, np.int64)
+        e_tgt = nfa.e_tgt
         e = 0
         for i in range(a, z):
             x = mem[i]
             for j in range(e_ptr[x], e_ptr[x + 1]):
-                edge_ids[e] = j
+                tgts[e] = e_tgt[j]
                 b = e_byte[j]
                 if b >= 0:
-                    bits[e, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+                    for w in range(4):
+                        bits[e, w] = 0
+                    bits[e, b >> 6] = np.uint64(1) << np.uint64(b & 63)
                 else:  # a class of several bytes, kept as 4 words (nfa_layout.mask_columns)
                     m = e_mask[j]
                     for w in range(4):
                         bits[e, w] = masks[m, w]
                 e += 1
-        cls = np.empty((256, 4), np.uint64)  # the classes' bytes
-        n_cls = _split_classes(bits, n_edges, cls)
+        n_cls = _split_classes(bits, n_edges, cls)  # cls[c]: the bytes of class c
         mark, stack, buf, important = nfa.mark, nfa.stack, nfa.buf, nfa.important
-        eps_ptr, eps_idx, e_tgt = nfa.eps_ptr, nfa.eps_idx, nfa.e_tgt
+        eps_ptr, eps_idx = nfa.eps_ptr, nfa.eps_idx
         hkey, hcode, m_ptr = dfa.hkey, dfa.hcode, dfa.m_ptr
         for c in range(n_cls):
             w = 0
@@ -320,7 +326,7 @@ def materialize(nfa, dfa, g):
             top = 0
             for e in range(n_edges):
                 if bits[e, r >> 6] >> np.uint64(r & 63) & np.uint64(1):
-                    top = _push_new(mark, stack, e_tgt[edge_ids[e]], stamp, top)
+                    top = _push_new(mark, stack, tgts[e], stamp, top)
             k = _close(mark, stack, buf, important, eps_ptr, eps_idx, top, stamp)
             if not k:
                 continue

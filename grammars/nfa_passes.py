@@ -16,6 +16,8 @@ from grammars.budget import checkpoint
 from grammars.errors import GrammarError
 from grammars.lazydfa import NFAArrays, njit
 
+_EDGE_ROOM = 64  # byte moves of a DFA state that lazydfa.materialize's scratch arrays hold
+
 
 @njit(cache=True, nogil=True)
 def _live_states(eps_ptr, eps_idx, e_ptr, e_tgt, nt_ptr, nt_rule, nt_tgt, starts, finals):
@@ -326,7 +328,8 @@ def _frozen(g, root, starts, finals):
     pairs = np.empty((max(nt_tgt.shape[0], 1), 2), np.int64)
     return outcome, (
         eps_ptr, eps_idx, important, final, e_ptr, e_byte, e_mask, e_tgt, masks, nt_ptr,
-        nt_rule, nt_tgt, first, mark, stack, buf, pairs,
+        nt_rule, nt_tgt, first, mark, stack, buf, pairs, np.empty((_EDGE_ROOM, 4), np.uint64),
+        np.empty(_EDGE_ROOM, np.int64), np.empty((256, 4), np.uint64),
     )  # fmt: skip
 
 

@@ -132,3 +132,20 @@ def test_byte_classes_are_the_bytes_read_by_the_same_edges():
             readers = {tuple(b in s for s in sets) for b in c}
             assert len(readers) == 1
         assert len({tuple(min(c) in s for s in sets) for c in classes}) == n
+
+
+def test_states_of_more_byte_moves_than_the_scratch_arrays_hold(compiler, checker):
+    """A state reading more byte moves than materialize's scratch arrays hold (90 branches
+    after the "x") takes arrays of its own: masks exact along each branch, others refused."""
+    words = [f"{c}{i:02d}" for i, c in enumerate("abcdefghijklmnopqrstuvwxyz" * 4)][:90]
+    grammar = compiler.compile_regex("x(" + "|".join(words) + ")")
+    for w in words:
+        assert checker.accepts(grammar, "x" + w)
+    for bad in ("xa01", "xb00", "x", "xz99", "a00"):
+        assert not checker.accepts(grammar, bad)
+    arrays, dfa = grammar.machine.arrays, grammar.machine.dfa
+    moves = [
+        sum(int(arrays.e_ptr[x + 1] - arrays.e_ptr[x]) for x in dfa.mem[a:z])
+        for a, z in zip(dfa.m_ptr[: dfa.meta[0]], dfa.m_ptr[1 : dfa.meta[0] + 1])
+    ]
+    assert max(moves) > arrays.edge_tgts.shape[0]
