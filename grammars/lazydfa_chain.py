@@ -8,7 +8,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from grammars.lazydfa import NEED_SPACE, extend_chain, materialize, utf8_target
+from grammars.lazydfa import (
+    NEED_SPACE,
+    _closure,
+    _intern,
+    extend_chain,
+    materialize,
+    utf8_tail,
+    utf8_target,
+)
 
 MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
 # the states of a chain checked to take multi-byte characters as one step each: 97.5% of
@@ -51,9 +59,73 @@ def _utf8_step(nfa, dfa, s, can_pop, memo):
     known = s < memo.shape[0]
     if known and memo[s, can_pop]:
         return max(memo[s, can_pop], 0)
-    target = utf8_target(nfa, dfa, s, can_pop)
+    target = _NOT_SINGLE
+    if dfa.m_ptr[s + 1] - dfa.m_ptr[s] == 1:
+        target = _single_utf8_target(nfa, dfa, dfa.mem[dfa.m_ptr[s]])
+    if target == _NOT_SINGLE:
+        target = utf8_target(nfa, dfa, s, can_pop)
     if known and target != NEED_SPACE:
         memo[s, can_pop] = target if target else -1
+    return target
+
+
+_NOT_SINGLE = -2  # _single_utf8_target: the path leaves single NFA states (utf8_target's way)
+
+
+@njit(cache=True, nogil=True)
+def _one_edge(nfa, x, lo, hi):
+    """The one byte move of NFA state x that reads every byte of lo..hi (within one 64-byte
+    word), when no other move of x reads any of them and x has no empty move or rule
+    reference and ends no rule; else -1."""
+    if nfa.eps_ptr[x + 1] > nfa.eps_ptr[x] or nfa.nt_ptr[x + 1] > nfa.nt_ptr[x] or nfa.final[x]:
+        return -1
+    w = lo >> 6
+    span = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - (hi - lo))  # hi - lo + 1 low bits
+    want = span << np.uint64(lo & 63)
+    found = -1
+    for j in range(nfa.e_ptr[x], nfa.e_ptr[x + 1]):
+        b = nfa.e_byte[j]
+        if b >= 0:
+            word = np.uint64(1) << np.uint64(b & 63) if b >> 6 == w else np.uint64(0)
+        else:
+            word = nfa.masks[nfa.e_mask[j], w]
+        reads = word & want
+        if reads == want and found < 0:
+            found = j
+        elif reads:
+            return -1
+    return found
+
+
+@njit(cache=True, nogil=True)
+def _single_utf8_target(nfa, dfa, x):
+    """utf8_target of the state whose only member is NFA state x, without building the states
+    inside the characters, where each step on the way is one NFA state (no empty move, rule
+    reference or end of rule; one move of the state before reads every byte the character
+    allows there, and no other move any of them), as inside a character class or an embedded
+    DFA's copy: a string's body met at every new property or item of a large object. Else
+    _NOT_SINGLE (utf8_target's way; the lazy states then hold the same steps)."""
+    target, last = 0, -1
+    for lead in range(0xC2, 0xF5):
+        j = _one_edge(nfa, x, lead, lead)
+        if j < 0:
+            return _NOT_SINGLE
+        y = nfa.e_tgt[j]
+        need, lo, hi = utf8_tail(lead)
+        while need:
+            j = _one_edge(nfa, y, lo, hi)
+            if j < 0:
+                return _NOT_SINGLE
+            y = nfa.e_tgt[j]
+            need -= 1
+            lo, hi = 0x80, 0xBF
+        if y != last:  # the state after the character: the closure of y
+            s = _intern(nfa, dfa, _closure(nfa, np.array([y], np.int64), 1))
+            if s == NEED_SPACE:
+                return NEED_SPACE
+            if not s or (target and s != target):
+                return 0
+            target, last = s, y
     return target
 
 

@@ -1,8 +1,9 @@
 """The helpers under the grammar engine's arrays: growth, bit setting and mask rows."""
 
 import numpy as np
+import pytest
 
-from grammars import grammar, lazydfa, lazydfa_walk
+from grammars import grammar, lazydfa, lazydfa_arrays, lazydfa_chain, lazydfa_walk
 from grammars.grammar import Machine
 from grammars.lazydfa_arrays import enlarged
 from grammars.regex import regex_to_node
@@ -149,3 +150,43 @@ def test_states_of_more_byte_moves_than_the_scratch_arrays_hold(compiler, checke
         for a, z in zip(dfa.m_ptr[: dfa.meta[0]], dfa.m_ptr[1 : dfa.meta[0] + 1])
     ]
     assert max(moves) > arrays.edge_tgts.shape[0]
+
+
+@pytest.mark.parametrize(
+    "kind, spec, answers",
+    [
+        ("json_schema", {"type": "object", "properties": {"a": {"type": "string"}, "b": {}}}, 1),
+        ("json_schema", {"type": "array", "items": {"type": "string", "pattern": "^[^x]+$"}}, 1),
+        ("json_schema", {"type": "array", "items": {"type": "string"}}, 1),
+        ("regex", "[^x]*x", 0),  # the loop's state holds the move on x too: two members
+        ("regex", "(\u00e9|[\u0100-\U0010ffff])*", 0),  # 0xC2 leads nowhere
+        ("regex", "[^a]*\u00e9[^\u0800-\uffff]+x", 0),  # two moves read 0xC3; no 3-byte leads
+    ],
+)
+def test_utf8_targets_of_single_states_agree_with_the_states_built(compiler, kind, spec, answers):
+    """lazydfa_chain._single_utf8_target (a character's steps read from the NFA) gives what
+    lazydfa.utf8_target gives from the lazy states it builds, for every state of one member it
+    answers for (strings' bodies, classes with multi-byte characters), and leaves to it the
+    states whose characters' steps are not single NFA states."""
+    grammar = getattr(compiler, f"compile_{kind}")(spec)
+    machine = grammar.machine
+    m = grammar.matcher()
+    m.fill_next_token_bitmask(np.zeros(compiler.vocab.words, np.int32))
+    machine.dfa = lazydfa_arrays.grown(machine.dfa, 4096)  # room: no NEED_SPACE below
+    for s in range(1, 40):
+        if s >= machine.dfa.meta[0]:
+            break
+        machine._run(lazydfa.materialize, s)
+    answered = singles = 0
+    for s in range(1, int(machine.dfa.meta[0])):
+        dfa, arrays = machine.dfa, machine.arrays
+        if dfa.m_ptr[s + 1] - dfa.m_ptr[s] != 1:
+            continue
+        singles += 1
+        fast = lazydfa_chain._single_utf8_target(arrays, dfa, dfa.mem[dfa.m_ptr[s]])
+        if fast < 0:
+            continue
+        answered += 1
+        for can_pop in (0, 1):
+            assert fast == lazydfa.utf8_target(arrays, dfa, s, can_pop), (s, can_pop)
+    assert singles and bool(answered) == bool(answers)
