@@ -103,7 +103,7 @@ class Machine:
         self._live: dict[int, array] = {}
         self.unique = None  # a json_schema.unique.UniquePlan the matcher checks
         self._utf8_memo = np.zeros((0, 2), np.int64)  # lazydfa_chain._utf8_step's
-        self._chain_memo = np.zeros((0, 5), np.int64)  # lazydfa.extend_chain's
+        self._chain_memo = np.zeros((0, 5), np.int64)  # lazydfa_chain.extend_chain's
         self._fates: dict[tuple, np.ndarray] = {}  # see walk
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------

@@ -483,61 +483,6 @@ def utf8_target(nfa, dfa, src, can_pop):
 
 
 @njit(cache=True, nogil=True)
-def extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, to, memo):
-    """Extend chain (chain[d] = the state after d bytes of the chain mask, chain[0] = its
-    length) up to `to` bytes, stopping for good where a state does not send every byte of the
-    mask to one state, could push or pop, or dies. Returns 0, or NEED_SPACE. `memo[s]`, while
-    s is within it: 2 + the state s sends the mask to (1: none; 0: not known), then the mask
-    as four words of bits, kept between calls (a string's length counter extends a chain as
-    long as the longest token at each new position, reading 256 bytes of each state: ~130 µs
-    a call with a 128-byte token)."""
-    table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
-    words = np.zeros(4, np.int64)
-    for b in range(256):
-        if in_chain[b]:
-            words[b >> 6] |= np.int64(1) << np.int64(b & 63)
-    while chain[0] < to and not ends[0]:
-        d = chain[0]
-        s = chain[d]
-        known = s < memo.shape[0]
-        if (
-            known
-            and memo[s, 0]
-            and memo[s, 1] == words[0]
-            and memo[s, 2] == words[1]
-            and memo[s, 3] == words[2]
-            and memo[s, 4] == words[3]
-        ):
-            u = memo[s, 0] - 2
-        else:
-            if not done[s] and materialize(nfa, dfa, s) < 0:
-                return NEED_SPACE
-            u = -1
-            for b in range(256):
-                if in_chain[b]:
-                    if u == -1:
-                        u = table[s, b]
-                    if table[s, b] != u or viable[s, b]:
-                        u = 0
-                        break
-            if known:
-                memo[s, 0] = u + 2
-                memo[s, 1:] = words
-        if u <= 0 or (can_pop and accept[s]):
-            ends[0] = True
-            break
-        if u == s:  # a loop: the chain stays on it
-            for k in range(d + 1, chain.shape[0]):
-                chain[k] = s
-            chain[0] = chain.shape[0] - 1
-            ends[0] = True
-            break
-        chain[d + 1] = u
-        chain[0] = d + 1
-    return 0
-
-
-@njit(cache=True, nogil=True)
 def rehash(dfa):
     dfa.hkey[:] = -1
     size = dfa.hkey.shape[0]

@@ -10,9 +10,11 @@ from numba import njit
 
 from grammars.lazydfa import (
     NEED_SPACE,
+    _close,
     _closure,
     _intern,
-    extend_chain,
+    _new_stamp,
+    _push_new,
     materialize,
     utf8_tail,
     utf8_target,
@@ -59,17 +61,62 @@ def _utf8_step(nfa, dfa, s, can_pop, memo):
     known = s < memo.shape[0]
     if known and memo[s, can_pop]:
         return max(memo[s, can_pop], 0)
-    target = _NOT_SINGLE
-    if dfa.m_ptr[s + 1] - dfa.m_ptr[s] == 1:
-        target = _single_utf8_target(nfa, dfa, dfa.mem[dfa.m_ptr[s]])
-    if target == _NOT_SINGLE:
+    target = _utf8_target_by_moves(nfa, dfa, s)
+    if target == _BY_ROWS:
         target = utf8_target(nfa, dfa, s, can_pop)
     if known and target != NEED_SPACE:
         memo[s, can_pop] = target if target else -1
     return target
 
 
-_NOT_SINGLE = -2  # _single_utf8_target: the path leaves single NFA states (utf8_target's way)
+_BY_ROWS = -2  # the answer needs the states' rows: build them (materialize)
+
+
+@njit(cache=True, nogil=True)
+def _move_words(nfa, j, out):
+    """out[:] = the bytes byte move j reads, as four 64-bit words."""
+    b = nfa.e_byte[j]
+    if b >= 0:
+        out[:] = 0
+        out[b >> 6] = np.uint64(1) << np.uint64(b & 63)
+    else:
+        out[:] = nfa.masks[nfa.e_mask[j]]
+
+
+@njit(cache=True, nogil=True)
+def _mask_target(nfa, dfa, s, words):
+    """The state every byte of a mask (`words`: four 64-bit words) leads to from state s, from
+    its members' moves without building its row (a chain's states: each counter position's
+    row would add ~9 states inside characters): 0 when none leads anywhere; _BY_ROWS where a
+    move reads some of the mask's bytes and not others or a member refers to a rule (the row
+    answers), or NEED_SPACE."""
+    mark, stack = nfa.mark, nfa.stack
+    move = np.empty(4, np.uint64)
+    stamp = _new_stamp(mark)
+    top = 0
+    for i in range(dfa.m_ptr[s], dfa.m_ptr[s + 1]):
+        x = dfa.mem[i]
+        if nfa.nt_ptr[x + 1] > nfa.nt_ptr[x]:
+            return _BY_ROWS
+        for j in range(nfa.e_ptr[x], nfa.e_ptr[x + 1]):
+            _move_words(nfa, j, move)
+            some = every = False
+            for w in range(4):
+                if move[w] & words[w]:
+                    some = True
+            if not some:
+                continue
+            every = True
+            for w in range(4):
+                if move[w] & words[w] != words[w]:
+                    every = False
+            if not every:
+                return _BY_ROWS
+            top = _push_new(mark, stack, nfa.e_tgt[j], stamp, top)
+    if not top:
+        return 0
+    k = _close(mark, stack, nfa.buf, nfa.important, nfa.eps_ptr, nfa.eps_idx, top, stamp)
+    return _intern(nfa, dfa, k)
 
 
 @njit(cache=True, nogil=True)
@@ -98,24 +145,43 @@ def _one_edge(nfa, x, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def _single_utf8_target(nfa, dfa, x):
-    """utf8_target of the state whose only member is NFA state x, without building the states
-    inside the characters, where each step on the way is one NFA state (no empty move, rule
+def _lead_move(nfa, dfa, s, lead):
+    """The one byte move of a member of state s that reads byte `lead`: -1 when none does;
+    _BY_ROWS when several do or a member refers to a rule."""
+    bit = np.uint64(1) << np.uint64(lead & 63)
+    found = -1
+    for i in range(dfa.m_ptr[s], dfa.m_ptr[s + 1]):
+        x = dfa.mem[i]
+        if nfa.nt_ptr[x + 1] > nfa.nt_ptr[x]:
+            return _BY_ROWS
+        for j in range(nfa.e_ptr[x], nfa.e_ptr[x + 1]):
+            b = nfa.e_byte[j]
+            if b == lead or (b < 0 and nfa.masks[nfa.e_mask[j], lead >> 6] & bit):
+                if found >= 0:
+                    return _BY_ROWS
+                found = j
+    return found
+
+
+@njit(cache=True, nogil=True)
+def _utf8_target_by_moves(nfa, dfa, src):
+    """utf8_target of state src read from the NFA's moves, without building the states inside
+    the characters, where each step inside one is a single NFA state (no empty move, rule
     reference or end of rule; one move of the state before reads every byte the character
-    allows there, and no other move any of them), as inside a character class or an embedded
-    DFA's copy: a string's body met at every new property or item of a large object. Else
-    _NOT_SINGLE (utf8_target's way; the lazy states then hold the same steps)."""
+    allows there, and no other move any of them), as in a character class or an embedded
+    DFA's copy: a string's body met at every new property or item of a large object, a length
+    counter's positions. Else _BY_ROWS (utf8_target's way), or NEED_SPACE."""
     target, last = 0, -1
     for lead in range(0xC2, 0xF5):
-        j = _one_edge(nfa, x, lead, lead)
+        j = _lead_move(nfa, dfa, src, lead)
         if j < 0:
-            return _NOT_SINGLE
+            return 0 if j == -1 else _BY_ROWS  # (no move: the row has no target there)
         y = nfa.e_tgt[j]
         need, lo, hi = utf8_tail(lead)
         while need:
             j = _one_edge(nfa, y, lo, hi)
             if j < 0:
-                return _NOT_SINGLE
+                return _BY_ROWS
             y = nfa.e_tgt[j]
             need -= 1
             lo, hi = 0x80, 0xBF
@@ -133,7 +199,7 @@ def _single_utf8_target(nfa, dfa, x):
 def pops_on_chain(can_pop, follow, in_chain):
     """A pop where the chain's frame may end can be followed, in the frame below, by a byte of
     the chain or of a multi-byte character (`follow`: the bytes it can read): only then does
-    the chain stop at a final state (lazydfa.extend_chain). A string's length counter that
+    the chain stop at a final state (extend_chain). A string's length counter that
     may end anywhere is followed by its closing quote, which is not on the chain."""
     if not can_pop:
         return False
@@ -153,7 +219,7 @@ def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow, chain, 
     UTF-8 character leads to the chain's next state, as a byte of in_chain does (a counter of
     characters). `memo`: the states' utf8_target, kept between calls (_utf8_step);
     `follow`: as for pops_on_chain; `chain` (depth + 1 slots): the chain where it is not a
-    loop (lazydfa.extend_chain's, chain[0] = 0 otherwise), for the walk to go on with;
+    loop (extend_chain's, chain[0] = 0 otherwise), for the walk to go on with;
     `chain_memo`: extend_chain's."""
     out[:] = 0
     in_chain[:] = False
@@ -207,4 +273,65 @@ def chain_info(nfa, dfa, g, can_pop, depth, out, in_chain, memo, follow, chain, 
         if target < 0:
             return NEED_SPACE
         out[UTF8_FROM_G] = int(target == hub)
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def extend_chain(nfa, dfa, chain, ends, in_chain, can_pop, to, memo):
+    """Extend chain (chain[d] = the state after d bytes of the chain mask, chain[0] = its
+    length) up to `to` bytes, stopping for good where a state does not send every byte of the
+    mask to one state, could push or pop, or dies (a state not built yet is stepped by
+    _mask_target where its moves allow). Returns 0, or NEED_SPACE. `memo[s]`, while
+    s is within it: 2 + the state s sends the mask to (1: none; 0: not known), then the mask
+    as four words of bits, kept between calls (a string's length counter extends a chain as
+    long as the longest token at each new position, reading 256 bytes of each state: ~130 µs
+    a call with a 128-byte token)."""
+    table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
+    words = np.zeros(4, np.int64)
+    for b in range(256):
+        if in_chain[b]:
+            words[b >> 6] |= np.int64(1) << np.int64(b & 63)
+    bits = words.view(np.uint64)
+    while chain[0] < to and not ends[0]:
+        d = chain[0]
+        s = chain[d]
+        known = s < memo.shape[0]
+        if (
+            known
+            and memo[s, 0]
+            and memo[s, 1] == words[0]
+            and memo[s, 2] == words[1]
+            and memo[s, 3] == words[2]
+            and memo[s, 4] == words[3]
+        ):
+            u = memo[s, 0] - 2
+        else:
+            u = _BY_ROWS if done[s] else _mask_target(nfa, dfa, s, bits)
+            if u == NEED_SPACE:
+                return NEED_SPACE
+            if u == _BY_ROWS:
+                if not done[s] and materialize(nfa, dfa, s) < 0:
+                    return NEED_SPACE
+                u = -1
+                for b in range(256):
+                    if in_chain[b]:
+                        if u == -1:
+                            u = table[s, b]
+                        if table[s, b] != u or viable[s, b]:
+                            u = 0
+                            break
+            if known:
+                memo[s, 0] = u + 2
+                memo[s, 1:] = words
+        if u <= 0 or (can_pop and accept[s]):
+            ends[0] = True
+            break
+        if u == s:  # a loop: the chain stays on it
+            for k in range(d + 1, chain.shape[0]):
+                chain[k] = s
+            chain[0] = chain.shape[0] - 1
+            ends[0] = True
+            break
+        chain[d + 1] = u
+        chain[0] = d + 1
     return 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from grammars.lazydfa import NEED_SPACE, extend_chain, materialize, njit, utf8_tail
-from grammars.lazydfa_chain import pops_on_chain
+from grammars.lazydfa import NEED_SPACE, materialize, njit, utf8_tail
+from grammars.lazydfa_chain import extend_chain, pops_on_chain
 
 _DEAD, _ALIVE, _VIABLE = 0, 1, 2  # fates of a suffix: dies; read to the end; a candidate
 _ON, _ON_PASSED = 3, 4  # fates of a byte (_walk_past_chain): reads on, having passed a viable
@@ -119,7 +119,7 @@ def walk(
     `chars` states take a multi-byte character a step (a counter of characters,
     lazydfa_chain.chain_info), so are the tokens of such characters that fit: they are not
     walked. `chain`: the hub's chain as lazydfa_chain.chain_info left it (chain[0] = 0: not
-    made yet), extended here; `chain_memo`: lazydfa.extend_chain's; `fates`: where the hub
+    made yet), extended here; `chain_memo`: lazydfa_chain.extend_chain's; `fates`: where the hub
     is a loop, the fates of the layout's suffixes read from it (_suffix_fates) and a last slot,
     -1 until they are known: kept by the caller for the next walk to the same hub.
 

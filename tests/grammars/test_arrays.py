@@ -48,13 +48,14 @@ def test_mask_rows_are_zero_whatever_the_block_held():
 
 
 def _chain(machine, mask_bytes: bytes, memo) -> list[int]:
-    """The chain of the root's start state over the bytes of `mask_bytes` (lazydfa.extend_chain)."""
+    """The chain of the root's start state over the bytes of `mask_bytes`
+    (lazydfa_chain.extend_chain)."""
     in_chain = np.zeros(256, np.bool_)
     in_chain[list(mask_bytes)] = True
     chain = np.zeros(9, np.int64)
     chain[0], chain[1] = 1, machine.rule_start[machine.root]
     ends = np.zeros(1, np.bool_)
-    assert machine._run(lazydfa.extend_chain, chain, ends, in_chain, False, 8, memo) == 0
+    assert machine._run(lazydfa_chain.extend_chain, chain, ends, in_chain, False, 8, memo) == 0
     return chain[1 : chain[0] + 1].tolist()
 
 
@@ -152,41 +153,68 @@ def test_states_of_more_byte_moves_than_the_scratch_arrays_hold(compiler, checke
     assert max(moves) > arrays.edge_tgts.shape[0]
 
 
-@pytest.mark.parametrize(
-    "kind, spec, answers",
-    [
-        ("json_schema", {"type": "object", "properties": {"a": {"type": "string"}, "b": {}}}, 1),
-        ("json_schema", {"type": "array", "items": {"type": "string", "pattern": "^[^x]+$"}}, 1),
-        ("json_schema", {"type": "array", "items": {"type": "string"}}, 1),
-        ("regex", "[^x]*x", 0),  # the loop's state holds the move on x too: two members
-        ("regex", "(\u00e9|[\u0100-\U0010ffff])*", 0),  # 0xC2 leads nowhere
-        ("regex", "[^a]*\u00e9[^\u0800-\uffff]+x", 0),  # two moves read 0xC3; no 3-byte leads
-    ],
-)
-def test_utf8_targets_of_single_states_agree_with_the_states_built(compiler, kind, spec, answers):
-    """lazydfa_chain._single_utf8_target (a character's steps read from the NFA) gives what
-    lazydfa.utf8_target gives from the lazy states it builds, for every state of one member it
-    answers for (strings' bodies, classes with multi-byte characters), and leaves to it the
-    states whose characters' steps are not single NFA states."""
+_SCHEMAS = [
+    ("json_schema", {"type": "object", "properties": {"a": {"type": "string"}, "b": {}}}),
+    ("json_schema", {"type": "array", "items": {"type": "string", "pattern": "^[^x]+$"}}),
+    ("json_schema", {"type": "array", "items": {"type": "string", "maxLength": 12}}),
+    ("json_schema", {"type": "string", "minLength": 3, "maxLength": 9}),
+    ("regex", "[^x]*x"),
+    ("regex", "(\u00e9|[\u0100-\U0010ffff])*"),  # 0xC2 leads nowhere
+    ("regex", "[^a]*\u00e9[^\u0800-\uffff]+x"),  # two moves read 0xC3; no 3-byte leads
+]
+
+
+def _built(compiler, kind, spec):
+    """The machine of a grammar whose first mask was filled and whose first 40 states were
+    materialised, with room for more (no NEED_SPACE in the calls below)."""
     grammar = getattr(compiler, f"compile_{kind}")(spec)
     machine = grammar.machine
-    m = grammar.matcher()
-    m.fill_next_token_bitmask(np.zeros(compiler.vocab.words, np.int32))
-    machine.dfa = lazydfa_arrays.grown(machine.dfa, 4096)  # room: no NEED_SPACE below
-    for s in range(1, 40):
-        if s >= machine.dfa.meta[0]:
-            break
+    grammar.matcher().fill_next_token_bitmask(np.zeros(compiler.vocab.words, np.int32))
+    machine.dfa = lazydfa_arrays.grown(machine.dfa, 4096)
+    for s in range(1, min(40, int(machine.dfa.meta[0]))):
         machine._run(lazydfa.materialize, s)
-    answered = singles = 0
+    return machine
+
+
+@pytest.mark.parametrize("kind, spec", _SCHEMAS)
+def test_utf8_targets_read_from_moves_agree_with_the_states_built(compiler, kind, spec):
+    """lazydfa_chain._utf8_target_by_moves (a character's steps read from the NFA's moves)
+    gives what lazydfa.utf8_target gives from the lazy states it builds, wherever it answers;
+    it answers for strings' bodies and counters."""
+    machine = _built(compiler, kind, spec)
+    found = 0
     for s in range(1, int(machine.dfa.meta[0])):
         dfa, arrays = machine.dfa, machine.arrays
-        if dfa.m_ptr[s + 1] - dfa.m_ptr[s] != 1:
+        fast = lazydfa_chain._utf8_target_by_moves(arrays, dfa, s)
+        if fast == lazydfa_chain._BY_ROWS:
             continue
-        singles += 1
-        fast = lazydfa_chain._single_utf8_target(arrays, dfa, dfa.mem[dfa.m_ptr[s]])
-        if fast < 0:
-            continue
-        answered += 1
+        found += fast > 0
         for can_pop in (0, 1):
             assert fast == lazydfa.utf8_target(arrays, dfa, s, can_pop), (s, can_pop)
-    assert singles and bool(answered) == bool(answers)
+    assert found or kind == "regex"
+
+
+@pytest.mark.parametrize("kind, spec", _SCHEMAS)
+def test_mask_targets_read_from_moves_agree_with_the_rows(compiler, kind, spec):
+    """lazydfa_chain._mask_target (a chain's next state from the members' moves) is the state
+    the built row sends every byte of the mask to (0 where they go nowhere, or not all to one
+    state), wherever it answers; it answers for the masks of strings' characters."""
+    machine = _built(compiler, kind, spec)
+    masks = [bytes(range(0x20, 0x7F)).replace(b'"', b"").replace(b"\\", b""), b"abcxyz", b"7"]
+    answered = 0
+    for s in range(1, int(machine.dfa.meta[0])):
+        for mask in masks:
+            dfa, arrays = machine.dfa, machine.arrays
+            words = np.zeros(4, np.uint64)
+            for b in mask:
+                words[b >> 6] |= np.uint64(1 << (b & 63))
+            fast = lazydfa_chain._mask_target(arrays, dfa, s, words)
+            if fast == lazydfa_chain._BY_ROWS:
+                continue
+            answered += 1
+            machine._run(lazydfa.materialize, s)
+            row, viable = machine.dfa.table[s], machine.dfa.viable[s]
+            targets = {int(row[b]) for b in mask}
+            sent = targets.pop() if len(targets) == 1 and not viable[list(mask)].any() else 0
+            assert fast == sent, (s, mask)
+    assert answered
