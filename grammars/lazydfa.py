@@ -30,6 +30,7 @@ except ImportError:  # numba is a dependency; plain Python keeps the module usab
 
 
 NEED_SPACE = -1
+EDGE_ROOM = 64  # byte moves of a state that materialize's scratch arrays (NFAArrays) hold
 # meta slots
 _STATES, _MEM, _PUSHES, _GEN, _WANT = range(5)
 
@@ -236,6 +237,16 @@ def pushes(nfa, dfa, g):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def move_word(e_byte, e_mask, masks, j, w):
+    """Word w (bytes 64w .. 64w + 63, a bit each) of the bytes NFA byte move j reads: its one
+    byte, or its row of `masks` (nfa_layout.mask_columns)."""
+    b = e_byte[j]
+    if b < 0:
+        return masks[e_mask[j], w]
+    return np.uint64(1) << np.uint64(b & 63) if b >> 6 == w else np.uint64(0)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _low_bit(x):
     """The index of the lowest set bit of x (uint64, not 0)."""
     return _LOW_BIT[((x & (~x + np.uint64(1))) * _DE_BRUIJN) >> np.uint64(58)]
@@ -303,15 +314,8 @@ def materialize(nfa, dfa, g):
             x = mem[i]
             for j in range(e_ptr[x], e_ptr[x + 1]):
                 tgts[e] = e_tgt[j]
-                b = e_byte[j]
-                if b >= 0:
-                    for w in range(4):
-                        bits[e, w] = 0
-                    bits[e, b >> 6] = np.uint64(1) << np.uint64(b & 63)
-                else:  # a class of several bytes, kept as 4 words (nfa_layout.mask_columns)
-                    m = e_mask[j]
-                    for w in range(4):
-                        bits[e, w] = masks[m, w]
+                for w in range(4):
+                    bits[e, w] = move_word(e_byte, e_mask, masks, j, w)
                 e += 1
         n_cls = _split_classes(bits, n_edges, cls)  # cls[c]: the bytes of class c
         mark, stack, buf, important = nfa.mark, nfa.stack, nfa.buf, nfa.important

@@ -16,6 +16,7 @@ from grammars.lazydfa import (
     _new_stamp,
     _push_new,
     materialize,
+    move_word,
     utf8_tail,
     utf8_target,
 )
@@ -73,17 +74,6 @@ _BY_ROWS = -2  # the answer needs the states' rows: build them (materialize)
 
 
 @njit(cache=True, nogil=True)
-def _move_words(nfa, j, out):
-    """out[:] = the bytes byte move j reads, as four 64-bit words."""
-    b = nfa.e_byte[j]
-    if b >= 0:
-        out[:] = 0
-        out[b >> 6] = np.uint64(1) << np.uint64(b & 63)
-    else:
-        out[:] = nfa.masks[nfa.e_mask[j]]
-
-
-@njit(cache=True, nogil=True)
 def _mask_target(nfa, dfa, s, words):
     """The state every byte of a mask (`words`: four 64-bit words) leads to from state s, from
     its members' moves without building its row (a chain's states: each counter position's
@@ -91,7 +81,6 @@ def _mask_target(nfa, dfa, s, words):
     move reads some of the mask's bytes and not others or a member refers to a rule (the row
     answers), or NEED_SPACE."""
     mark, stack = nfa.mark, nfa.stack
-    move = np.empty(4, np.uint64)
     stamp = _new_stamp(mark)
     top = 0
     for i in range(dfa.m_ptr[s], dfa.m_ptr[s + 1]):
@@ -99,17 +88,13 @@ def _mask_target(nfa, dfa, s, words):
         if nfa.nt_ptr[x + 1] > nfa.nt_ptr[x]:
             return _BY_ROWS
         for j in range(nfa.e_ptr[x], nfa.e_ptr[x + 1]):
-            _move_words(nfa, j, move)
-            some = every = False
+            some, every = False, True
             for w in range(4):
-                if move[w] & words[w]:
-                    some = True
+                read = move_word(nfa.e_byte, nfa.e_mask, nfa.masks, j, w) & words[w]
+                some = some or read != 0
+                every = every and read == words[w]
             if not some:
                 continue
-            every = True
-            for w in range(4):
-                if move[w] & words[w] != words[w]:
-                    every = False
             if not every:
                 return _BY_ROWS
             top = _push_new(mark, stack, nfa.e_tgt[j], stamp, top)
@@ -131,12 +116,7 @@ def _one_edge(nfa, x, lo, hi):
     want = span << np.uint64(lo & 63)
     found = -1
     for j in range(nfa.e_ptr[x], nfa.e_ptr[x + 1]):
-        b = nfa.e_byte[j]
-        if b >= 0:
-            word = np.uint64(1) << np.uint64(b & 63) if b >> 6 == w else np.uint64(0)
-        else:
-            word = nfa.masks[nfa.e_mask[j], w]
-        reads = word & want
+        reads = move_word(nfa.e_byte, nfa.e_mask, nfa.masks, j, w) & want
         if reads == want and found < 0:
             found = j
         elif reads:
@@ -155,8 +135,7 @@ def _lead_move(nfa, dfa, s, lead):
         if nfa.nt_ptr[x + 1] > nfa.nt_ptr[x]:
             return _BY_ROWS
         for j in range(nfa.e_ptr[x], nfa.e_ptr[x + 1]):
-            b = nfa.e_byte[j]
-            if b == lead or (b < 0 and nfa.masks[nfa.e_mask[j], lead >> 6] & bit):
+            if move_word(nfa.e_byte, nfa.e_mask, nfa.masks, j, lead >> 6) & bit:
                 if found >= 0:
                     return _BY_ROWS
                 found = j
@@ -185,8 +164,8 @@ def _utf8_target_by_moves(nfa, dfa, src):
             y = nfa.e_tgt[j]
             need -= 1
             lo, hi = 0x80, 0xBF
-        if y != last:  # the state after the character: the closure of y
-            s = _intern(nfa, dfa, _closure(nfa, np.array([y], np.int64), 1))
+        if y != last:  # the state after the character: the closure of y (move j's target)
+            s = _intern(nfa, dfa, _closure(nfa, nfa.e_tgt[j : j + 1], 1))
             if s == NEED_SPACE:
                 return NEED_SPACE
             if not s or (target and s != target):

@@ -14,9 +14,7 @@ import numpy as np
 from grammars import fastcall, lazydfa_arrays, nfa_layout
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
-from grammars.lazydfa import NFAArrays, njit
-
-_EDGE_ROOM = 64  # byte moves of a DFA state that lazydfa.materialize's scratch arrays hold
+from grammars.lazydfa import EDGE_ROOM, NFAArrays, njit
 
 
 @njit(cache=True, nogil=True)
@@ -328,8 +326,8 @@ def _frozen(g, root, starts, finals):
     pairs = np.empty((max(nt_tgt.shape[0], 1), 2), np.int64)
     return outcome, (
         eps_ptr, eps_idx, important, final, e_ptr, e_byte, e_mask, e_tgt, masks, nt_ptr,
-        nt_rule, nt_tgt, first, mark, stack, buf, pairs, np.empty((_EDGE_ROOM, 4), np.uint64),
-        np.empty(_EDGE_ROOM, np.int64), np.empty((256, 4), np.uint64),
+        nt_rule, nt_tgt, first, mark, stack, buf, pairs, np.empty((EDGE_ROOM, 4), np.uint64),
+        np.empty(EDGE_ROOM, np.int64), np.empty((256, 4), np.uint64),
     )  # fmt: skip
 
 
