@@ -3,16 +3,13 @@ not, enum, const)."""
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from itertools import compress
 
 from grammars.automaton import (
-    EMPTY,
     NOTHING,
     EagerDFA,
     alt,
-    byte_set,
     cat,
     difference,
     intersect,
@@ -31,7 +28,7 @@ from grammars.json_schema.constants import (
     only_constants,
     spellings,
 )
-from grammars.json_schema.containers import _ContainerNodes, _regex_search
+from grammars.json_schema.containers import _ContainerNodes, _regex_search, _separators
 from grammars.json_schema.core import (
     _ANNOTATIONS,
     _DEPENDENCY_KEYWORDS,
@@ -42,6 +39,7 @@ from grammars.json_schema.core import (
     _json_type,
     _types_of,
     check_ref_scopes,
+    locate,
     node_size,
     resolve_ref,
     shared,
@@ -66,7 +64,6 @@ from grammars.json_schema.rewrite import _merge, _split_dependencies, draft_leve
 from grammars.json_schema.strings import RESTRICTED_FORMATS, _string_literal, string_node
 from grammars.json_schema.unique import UniquePlan
 
-_WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))
 _MAX_INLINE_USES = 300  # nodes in a definition above which a second use becomes a rule
 MAX_NESTING = 200  # schemas (subschemas, $refs) nested in one another
 
@@ -115,25 +112,6 @@ def schema_to_rules(
 
 
 # -- the builder --------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=64)
-def _separators(any_whitespace: bool, separators: tuple | None, max_ws: int | None) -> tuple:
-    """(whitespace, item separator, key separator, the two before a rule reference, the
-    item and key separators between an object's members): the same nodes for every schema
-    compiled with these options."""
-    if any_whitespace:
-        ws = rep(_WS, 0, max_ws)
-        item_sep, key_sep = cat(ws, lit(","), ws), cat(ws, lit(":"), ws)
-        # before a rule reference the whitespace after the separator belongs to the rule
-        # (rules start with optional whitespace), so no push follows a whitespace loop
-        item_push, key_push = cat(ws, lit(",")), cat(ws, lit(":"))
-    else:
-        item, key = separators or (", ", ": ")
-        ws, item_sep, key_sep = EMPTY, lit(item), lit(key)
-        item_push, key_push = item_sep, key_sep
-    # the separators between an object's members, one node for all of them
-    return ws, item_sep, key_sep, item_push, key_push, shared(item_sep), shared(key_sep)
 
 
 class _Builder(_ContainerNodes):
@@ -248,6 +226,9 @@ class _Builder(_ContainerNodes):
         self._depth += 1
         try:
             return self._value(schema, path)
+        except GrammarError as exc:
+            locate(exc, path)  # the innermost subschema left names the place
+            raise
         finally:
             self._depth -= 1
 

@@ -11,6 +11,7 @@ from grammars.automaton import (
     NOTHING,
     EagerDFA,
     alt,
+    byte_set,
     cat,
     difference,
     intersect,
@@ -25,7 +26,7 @@ from grammars.json_schema.constants import (
     only_constants,
     scalar_key,
 )
-from grammars.json_schema.core import _ANNOTATIONS, _types_of, array_parts, node_size
+from grammars.json_schema.core import _ANNOTATIONS, _types_of, array_parts, node_size, shared
 from grammars.json_schema.rewrite import _merge
 from grammars.json_schema.strings import _string_literal, key_except, key_node
 from grammars.members import REPEATING
@@ -36,6 +37,26 @@ _MAX_UNIQUE_VALUES = 8  # uniqueItems: the automaton tracks which values were us
 _MAX_COUNTED = 200_000  # nodes of an object whose members are counted, over all count tracks
 _MAX_ANY_ORDER = 50_000  # nodes of an object whose members come in any order
 _MEMBER_COPIES = 4096  # nodes the copies of one member in any order may take before it is a rule
+_WS = ("b", byte_set(0x20, 0x09, 0x0A, 0x0D))  # a whitespace byte
+
+
+@functools.lru_cache(maxsize=64)
+def _separators(any_whitespace: bool, separators: tuple | None, max_ws: int | None) -> tuple:
+    """(whitespace, item separator, key separator, the two before a rule reference, the
+    item and key separators between an object's members): the same nodes for every schema
+    compiled with these options."""
+    if any_whitespace:
+        ws = rep(_WS, 0, max_ws)
+        item_sep, key_sep = cat(ws, lit(","), ws), cat(ws, lit(":"), ws)
+        # before a rule reference the whitespace after the separator belongs to the rule
+        # (rules start with optional whitespace), so no push follows a whitespace loop
+        item_push, key_push = cat(ws, lit(",")), cat(ws, lit(":"))
+    else:
+        item, key = separators or (", ", ": ")
+        ws, item_sep, key_sep = EMPTY, lit(item), lit(key)
+        item_push, key_push = item_sep, key_sep
+    # the separators between an object's members, one node for all of them
+    return ws, item_sep, key_sep, item_push, key_push, shared(item_sep), shared(key_sep)
 
 
 class _ContainerNodes:

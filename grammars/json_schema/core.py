@@ -9,7 +9,7 @@ from urllib.parse import unquote
 import numpy as np
 
 from grammars.budget import checkpoint
-from grammars.errors import GrammarError
+from grammars.errors import GrammarCancelled, GrammarError, GrammarTimeout
 from grammars.members import MAX_NEEDED_CLASSES, member_copies
 
 # keywords that only annotate
@@ -313,3 +313,14 @@ def check_ref_scopes(schema, id_key: str = "$id", scoped: bool = False) -> None:
             check_ref_scopes(sub, id_key, inner)
         elif isinstance(sub, list):
             check_ref_scopes(sub, id_key, scoped)
+
+
+def locate(exc: GrammarError, path: str) -> GrammarError:
+    """`exc`, its message naming the subschema at `path` where it arose unless it names a
+    place already (a timeout and a cancel are left as they are)."""
+    if isinstance(exc, (GrammarTimeout, GrammarCancelled)) or len(exc.args) != 1:
+        return exc
+    message = str(exc.args[0])
+    if "(#" not in message and " at #" not in message:
+        exc.args = (f"{message} ({path[:200]})",)
+    return exc

@@ -111,7 +111,7 @@ def test_rows_of_grown_tables_are_written_whole_before_use():
 def test_byte_classes_are_the_bytes_read_by_the_same_edges():
     """lazydfa._split_classes: two bytes share a class exactly when the same edges read them,
     and the classes hold every byte some edge reads, each once (sets of random sizes, single
-    bytes among them, up to 70 edges: more than a word of edges)."""
+    bytes among them, up to 70 edges: more than materialize's scratch arrays hold, EDGE_ROOM)."""
     rng = np.random.default_rng(5)
     for n_edges in (1, 2, 3, 8, 70):
         sets = []

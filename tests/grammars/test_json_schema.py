@@ -375,6 +375,27 @@ def test_malformed_keyword_values_raise_naming_them(compiler, schema, keyword):
         compiler.compile_json_schema(schema)
 
 
+@pytest.mark.parametrize(
+    "schema,where",
+    [
+        ({"properties": {"a": {"type": "wat"}}}, "#/properties/a"),
+        ({"type": "array", "items": {"$ref": "#/definitions/missing"}}, "#/items"),
+        ({"properties": {"p": {"type": "string", "pattern": "(^a)*b"}}}, "#/properties/p"),
+        ({"anyOf": [{"type": "integer", "multipleOf": 1716.5}]}, "#/anyOf/0"),
+        (  # named by the keyword itself: once only
+            {"properties": {"o": {"oneOf": [{"type": "object"}, {"required": ["a"]}]}}},
+            "#/properties/o",
+        ),
+    ],
+)
+def test_errors_name_the_subschema_where_they_arose(compiler, schema, where):
+    with pytest.raises(GrammarError) as caught:
+        compiler.compile_json_schema(schema)
+    message = str(caught.value)
+    assert f"({where})" in message or f" at {where}" in message, message
+    assert message.count("(#") + message.count(" at #") == 1, message
+
+
 def test_impossible_schema_raises(compiler):
     with pytest.raises(GrammarError):
         compiler.compile_json_schema({"type": "integer", "minimum": 5, "maximum": 1})
