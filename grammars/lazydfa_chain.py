@@ -22,6 +22,7 @@ from grammars.lazydfa import (
 )
 
 MIN_CHAIN_BYTES = 16  # a chain of states worth jumping through in token walks
+_FEW_TARGETS = 32  # the states a row leads to that _most_common_target counts one by one
 # the states of a chain checked to take multi-byte characters as one step each: 97.5% of
 # Llama-3's tokens holding such characters have at most 8 characters; the check builds the
 # states inside those characters, ~9 a step
@@ -32,8 +33,36 @@ HUB, UTF8, UTF8_FROM_G, LENGTH, CHARS = range(5)  # the slots of chain_info's `o
 @njit(cache=True, nogil=True)
 def _most_common_target(table, s):
     """The state most bytes of s lead to (the first such by byte order on a tie), when that
-    takes at least MIN_CHAIN_BYTES bytes; else 0."""
+    takes at least MIN_CHAIN_BYTES bytes; else 0. The targets are counted in order of their
+    first byte (rows lead to a few states: ~5x quicker than sorting the row), and sorted
+    where a row leads to more than _FEW_TARGETS."""
     row = table[s]
+    seen = np.empty(_FEW_TARGETS, np.int64)
+    counts = np.zeros(_FEW_TARGETS, np.int64)
+    k = 0
+    for b in range(256):
+        t = row[b]
+        if t == 0:
+            continue
+        i = 0
+        while i < k and seen[i] != t:
+            i += 1
+        if i == k:
+            if k == _FEW_TARGETS:
+                return _most_common_by_sorting(row)
+            seen[k] = t
+            k += 1
+        counts[i] += 1
+    best, best_n = 0, 0
+    for i in range(k):  # the first of the most counted: the first by byte order
+        if counts[i] > best_n:
+            best, best_n = seen[i], counts[i]
+    return best if best_n >= MIN_CHAIN_BYTES else 0
+
+
+@njit(cache=True, nogil=True)
+def _most_common_by_sorting(row):
+    """_most_common_target of a row leading to many states."""
     targets = np.sort(row[row != 0])
     if targets.shape[0] < MIN_CHAIN_BYTES:
         return 0

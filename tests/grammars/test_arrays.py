@@ -218,3 +218,30 @@ def test_mask_targets_read_from_moves_agree_with_the_rows(compiler, kind, spec):
             sent = targets.pop() if len(targets) == 1 and not viable[list(mask)].any() else 0
             assert fast == sent, (s, mask)
     assert answered
+
+
+def test_most_common_target_counts_as_a_sort_of_the_row_does():
+    """lazydfa_chain._most_common_target (targets counted in order of their first byte)
+    agrees with counting runs of the sorted row, ties going to the first byte, on rows of few
+    targets, of exactly and more than _FEW_TARGETS (sorted then), and below MIN_CHAIN_BYTES."""
+    rng = np.random.default_rng(11)
+    few = lazydfa_chain._FEW_TARGETS
+    rows = []
+    for n_targets in (1, 2, 3, 5, 16, few, few + 1, 200):
+        for live in (8, 15, 16, 40, 256):
+            row = np.zeros(256, np.int32)
+            picked = rng.choice(256, size=live, replace=False)
+            row[picked] = rng.integers(1, n_targets + 1, size=live) + 100 * rng.integers(0, 3)
+            rows.append(row)
+    tie = np.zeros(256, np.int32)  # two targets of 128 bytes each: the first byte's wins
+    tie[1::2], tie[0::2] = 7, 9
+    rows.append(tie)
+    table = np.array(rows)
+    for s, row in enumerate(rows):
+        values, counts = np.unique(row[row != 0], return_counts=True)
+        want = 0
+        if len(counts) and counts.max() >= lazydfa_chain.MIN_CHAIN_BYTES:
+            best = values[counts == counts.max()]
+            want = min(best, key=lambda t: int(np.flatnonzero(row == t)[0]))
+        assert lazydfa_chain._most_common_target(table, s) == want, s
+    assert lazydfa_chain._most_common_target(table, len(rows) - 1) == 9
