@@ -109,11 +109,13 @@ def _number_range(lo, lo_excl, hi, hi_excl, integer: bool) -> tuple:
 
 
 def _integer_range(lo, lo_excl: bool, hi, hi_excl: bool) -> tuple:
-    """Integers between the bounds (fractional ones are tightened), written without a fraction."""
+    """Integers between the bounds (fractional ones are tightened, each read as the decimal it
+    is written as: 1e23 is 10**23, not the float's 99999999999999991611392), written without a
+    fraction."""
     if lo is not None:
-        lo = math.floor(lo) + 1 if lo_excl else math.ceil(lo)
+        lo = math.floor(_decimal(lo)) + 1 if lo_excl else math.ceil(_decimal(lo))
     if hi is not None:
-        hi = math.ceil(hi) - 1 if hi_excl else math.floor(hi)
+        hi = math.ceil(_decimal(hi)) - 1 if hi_excl else math.floor(_decimal(hi))
     parts = []
     if hi is None or hi >= 0:  # non-negative side: max(lo, 0) .. hi
         parts.append(_naturals(max(lo or 0, 0), hi))
@@ -306,22 +308,24 @@ def number_node(schema: dict, integer: bool, path: str, max_digits: int | None =
     with both bounds is finite already)."""
     for name in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         v = schema.get(name)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v):
+        if v is None or (isinstance(v, bool) and name.startswith("exclusive")):  # draft 4 flags
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise GrammarError(f"{name} must be a number at {path}")
+        if not math.isfinite(v):
             raise GrammarError(f"{name} must be a finite number at {path}")
     lo, hi = schema.get("minimum"), schema.get("maximum")
     lo_excl = hi_excl = False
     emin, emax = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    # the stricter bound of each side, compared as decimals (1e23 and 10**23 are equal)
     if isinstance(emin, bool):
         lo_excl = emin and lo is not None
-    elif emin is not None and (lo is None or emin >= lo):
+    elif emin is not None and (lo is None or _decimal(emin) >= _decimal(lo)):
         lo, lo_excl = emin, True
     if isinstance(emax, bool):
         hi_excl = emax and hi is not None
-    elif emax is not None and (hi is None or emax <= hi):
+    elif emax is not None and (hi is None or _decimal(emax) <= _decimal(hi)):
         hi, hi_excl = emax, True
-    for name, v in (("minimum", lo), ("maximum", hi)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise GrammarError(f"{name} must be a number at {path}")
     node = _number_range(lo, lo_excl, hi, hi_excl, integer)
     if "multipleOf" in schema and not (integer and schema["multipleOf"] == 1):
         node = intersect(node, _multiple_of(schema["multipleOf"], path))

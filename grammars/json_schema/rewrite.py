@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Decimal
 
 from grammars.errors import GrammarError
 from grammars.json_schema.constants import common_values
@@ -96,11 +97,11 @@ def _merge(a, b, path: str):
         elif k in ("minimum", "minLength", "minItems", "minProperties", "exclusiveMinimum"):
             if isinstance(v, bool) or isinstance(w, bool):
                 raise GrammarError(f"allOf: cannot combine {k} ({path})")
-            out[k] = max(w, v)
+            out[k] = max(w, v, key=_exact)
         elif k in ("maximum", "maxLength", "maxItems", "maxProperties", "exclusiveMaximum"):
             if isinstance(v, bool) or isinstance(w, bool):
                 raise GrammarError(f"allOf: cannot combine {k} ({path})")
-            out[k] = min(w, v)
+            out[k] = min(w, v, key=_exact)
         elif k == "enum":
             out[k] = common_values(w, v)
         elif k in ("additionalProperties", "items"):
@@ -143,6 +144,12 @@ def _merge(a, b, path: str):
         # merged keywords apply in every draft
         out["allOf"] = [{"$ref": out.pop("$ref")}, *out.get("allOf", [])]
     return out
+
+
+def _exact(bound):
+    """A bound as the decimal it is written as, for comparing (the float 1e50 is 10**50, not
+    10**50 + 7.6e33); any other value as it is."""
+    return Decimal(repr(bound)) if isinstance(bound, float) else bound
 
 
 _ITEM_KEYWORDS = ("prefixItems", "items", "additionalItems")

@@ -30,8 +30,20 @@ CASES = [
     ({"type": "number", "multipleOf": 3}, [0, 3, -9, 300], [1, 1.5, 4]),
 ]
 
+BIG = 10**50  # 1e50 as a float is 10**50 + 7.6e33, 1e23 is 10**23 - 8.4e6: read as written
+LARGE_FLOAT_BOUNDS = [
+    ({"type": "integer", "maximum": 1e50}, [BIG, BIG - 1], [BIG + 1]),
+    ({"type": "integer", "minimum": 1e23}, [10**23, 10**23 + 1], [10**23 - 1]),
+    ({"type": "integer", "exclusiveMinimum": 1e23}, [10**23 + 1], [10**23]),
+    ({"type": "integer", "minimum": 10**23, "exclusiveMinimum": 1e23}, [10**23 + 1], [10**23]),
+    ({"type": "integer", "maximum": 10**23, "exclusiveMaximum": 1e23}, [10**23 - 1], [10**23]),
+    ({"allOf": [{"type": "integer", "minimum": 1e50}, {"minimum": BIG + 1}]}, [BIG + 1], [BIG]),
+    ({"allOf": [{"type": "integer", "maximum": 1e50}, {"maximum": BIG + 5}]}, [BIG], [BIG + 1]),
+    ({"type": "number", "maximum": 1e50}, [BIG, 1.5], [BIG + 1]),
+]
 
-@pytest.mark.parametrize("schema,valid,invalid", CASES)
+
+@pytest.mark.parametrize("schema,valid,invalid", CASES + LARGE_FLOAT_BOUNDS)
 def test_decimal_keywords(compiler, checker, schema, valid, invalid):
     grammar = compiler.compile_json_schema(schema)
     for doc in valid:
