@@ -549,14 +549,7 @@ class _Builder(_ContainerNodes):
             body = [items[0]] + [cat(self.item_sep, x) for x in items[1:]]
             return cat(lit("["), ws, *body, ws, lit("]"))
         if isinstance(value, dict):
-            members = [
-                cat(_string_literal(k), self.key_sep, self.literal(v, path))
-                for k, v in value.items()
-            ]
-            if not members:
-                return cat(lit("{"), ws, lit("}"))
-            body = [members[0]] + [cat(self.item_sep, x) for x in members[1:]]
-            return cat(lit("{"), ws, *body, ws, lit("}"))
+            return self.object_literal(value, path)
         raise GrammarError(f"const/enum value of unsupported type at {path}")
 
     def typed(self, t: str, schema: dict, path: str) -> tuple:

@@ -287,6 +287,27 @@ class _ContainerNodes:
             self.inexact["order"] += 1
         return cat(lit("{"), self.ws, members, self.ws, lit("}"))
 
+    def object_literal(self, value: dict, path: str) -> tuple:
+        """An object constant: its members in the order written, or with property_order="any"
+        in any order (each once), unless that automaton would be too large."""
+        ws = self.ws
+        if not value:
+            return cat(lit("{"), ws, lit("}"))
+        if self.property_order == "any" and len(value) > 1:
+            items = [
+                (cat(_string_literal(k), self.member_key_sep, self.literal(v, path)), True)
+                for k, v in value.items()
+            ]
+            items, _ = self._member_rules(items, None)
+            members = ("members", tuple(items), self.member_sep, None, (0, None), True, None)
+            if node_size(members, _MAX_ANY_ORDER, True) <= _MAX_ANY_ORDER:
+                return cat(lit("{"), ws, members, ws, lit("}"))
+        members = [
+            cat(_string_literal(k), self.key_sep, self.literal(v, path)) for k, v in value.items()
+        ]
+        body = [members[0]] + [cat(self.item_sep, x) for x in members[1:]]
+        return cat(lit("{"), ws, *body, ws, lit("}"))
+
     def _member_rules(self, items: list, extra) -> tuple[list, tuple | None]:
         """Members in any order are built once per set of members they lead to, and extra
         members once per set: when copies would make them too large, every member (and the

@@ -181,3 +181,28 @@ def test_repeating_members_are_inexact_for_one_of(compiler):
         return
     m = grammar.matcher()
     assert not (m.accept_string('{"p3": 1, "p11": 2, "p0": 2, "p0": 1}') and m.is_completed())
+
+
+def test_object_constants_in_any_order(compiler, checker):
+    """An object const/enum value (nested ones too) with property_order="any": every order of
+    its members, each once; the schema's order otherwise."""
+    value = {"a": 1, "b": {"x": True, "y": [1, {"p": None, "q": "s"}]}, "c": "t"}
+    schema = {"enum": [value, {"a": 2}]}
+    grammar = compiler.compile_json_schema(schema, property_order="any")
+    fixed = compiler.compile_json_schema(schema)
+    for order in itertools.permutations("abc"):
+        inner = {"y": [1, {"q": "s", "p": None}], "x": True}
+        doc = {k: (inner if k == "b" else value[k]) for k in order}
+        assert checker.accepts(grammar, json.dumps(doc)), doc
+        assert not checker.accepts(fixed, json.dumps(doc)), doc
+        in_order = {k: value[k] for k in order}
+        assert checker.accepts(fixed, json.dumps(in_order)) == (order == ("a", "b", "c")), order
+    for doc in [
+        '{"a": 1, "c": "t"}',  # b missing
+        '{"a": 1, "a": 1, "b": {"x": true, "y": [1, {"p": null, "q": "s"}]}, "c": "t"}',
+        '{"c": "t", "a": 1, "b": {"x": true, "y": [1, {"p": null}]}}',
+        '{"c": "t", "a": 1, "b": {"x": true, "y": [1, {"p": null, "q": "s"}]}, "d": 0}',
+        '{"c": "t", "a": 2, "b": {"x": true, "y": [1, {"p": null, "q": "s"}]}}',
+    ]:
+        assert not checker.accepts(grammar, doc), doc
+    assert checker.accepts(grammar, '{"a": 2}')
