@@ -289,7 +289,7 @@ class _ContainerNodes:
 
     def object_literal(self, value: dict, path: str) -> tuple:
         """An object constant: its members in the order written, or with property_order="any"
-        in any order (each once), unless that automaton would be too large."""
+        in any order (each once) where that automaton stays small."""
         ws = self.ws
         if not value:
             return cat(lit("{"), ws, lit("}"))
@@ -298,8 +298,9 @@ class _ContainerNodes:
                 (cat(_string_literal(k), self.member_key_sep, self.literal(v, path)), True)
                 for k, v in value.items()
             ]
-            items, _ = self._member_rules(items, None)
             members = ("members", tuple(items), self.member_sep, None, (0, None), True, None)
+            # copies of the members, no rules (_member_rules): a constant stays one automaton,
+            # which oneOf's and not's automaton operations can take
             if node_size(members, _MAX_ANY_ORDER, True) <= _MAX_ANY_ORDER:
                 return cat(lit("{"), ws, members, ws, lit("}"))
         members = [

@@ -206,3 +206,7 @@ def test_object_constants_in_any_order(compiler, checker):
     ]:
         assert not checker.accepts(grammar, doc), doc
     assert checker.accepts(grammar, '{"a": 2}')
+    big = {f"k{i}": i for i in range(13)}  # 8,192 sets of members: kept in the written order
+    grammar = compiler.compile_json_schema({"const": big}, property_order="any")
+    assert checker.accepts(grammar, json.dumps(big))
+    assert not checker.accepts(grammar, json.dumps(dict(reversed(big.items()))))
