@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from decimal import Decimal
+from fractions import Fraction
 
 from grammars.errors import GrammarError
 from grammars.json_schema.constants import common_values
@@ -148,8 +148,9 @@ def _merge(a, b, path: str):
 
 def _exact(bound):
     """A bound as the decimal it is written as, for comparing (the float 1e50 is 10**50, not
-    10**50 + 7.6e33); any other value as it is."""
-    return Decimal(repr(bound)) if isinstance(bound, float) else bound
+    10**50 + 7.6e33); any other value, and a float that is not finite (refused later, by the
+    node of its keyword), as it is."""
+    return Fraction(repr(bound)) if isinstance(bound, float) and math.isfinite(bound) else bound
 
 
 _ITEM_KEYWORDS = ("prefixItems", "items", "additionalItems")
@@ -186,8 +187,6 @@ def _merged_arrays(a: dict, b: dict, path: str) -> tuple[dict, dict]:
 
 def _common_multiple(a, b, path: str):
     """The least common multiple of two positive numbers (decimals read as written)."""
-    from fractions import Fraction
-
     if any(isinstance(x, bool) or not isinstance(x, (int, float)) or x <= 0 for x in (a, b)):
         raise GrammarError(f"multipleOf must be a positive number ({path})")
     fa, fb = (Fraction(repr(x)) if isinstance(x, float) else Fraction(x) for x in (a, b))

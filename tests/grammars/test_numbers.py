@@ -130,3 +130,14 @@ def test_exponents_where_the_bounds_are_zero(checker, bounds):
         assert not got or valid, text
         if zero_only or "e" not in text.lower():
             assert got == valid, text
+
+
+def test_bounds_that_are_not_finite_merged_by_all_of_raise(compiler):
+    """allOf's merge compares bounds as decimals; one that is not finite reaches its keyword's
+    check (a GrammarError, not an arithmetic error)."""
+    for schema in (
+        {"allOf": [{"type": "integer", "minimum": float("nan")}, {"minimum": 1}]},
+        {"allOf": [{"type": "number", "maximum": 1}, {"maximum": float("-inf")}]},
+    ):
+        with pytest.raises(GrammarError, match="finite"):
+            compiler.compile_json_schema(schema)
