@@ -293,20 +293,16 @@ class _ContainerNodes:
         ws = self.ws
         if not value:
             return cat(lit("{"), ws, lit("}"))
-        if self.property_order == "any" and len(value) > 1:
-            items = [
-                (cat(_string_literal(k), self.member_key_sep, self.literal(v, path)), True)
-                for k, v in value.items()
-            ]
-            members = ("members", tuple(items), self.member_sep, None, (0, None), True, None)
+        parts = [(_string_literal(k), self.literal(v, path)) for k, v in value.items()]
+        if self.property_order == "any" and len(parts) > 1:
+            items = tuple((cat(key, self.member_key_sep, val), True) for key, val in parts)
+            members = ("members", items, self.member_sep, None, (0, None), True, None)
             # copies of the members, no rules (_member_rules): a constant stays one automaton,
             # which oneOf's and not's automaton operations can take
             if node_size(members, _MAX_ANY_ORDER, True) <= _MAX_ANY_ORDER:
                 return cat(lit("{"), ws, members, ws, lit("}"))
-        members = [
-            cat(_string_literal(k), self.key_sep, self.literal(v, path)) for k, v in value.items()
-        ]
-        body = [members[0]] + [cat(self.item_sep, x) for x in members[1:]]
+        written = [cat(key, self.key_sep, val) for key, val in parts]
+        body = [written[0]] + [cat(self.item_sep, x) for x in written[1:]]
         return cat(lit("{"), ws, *body, ws, lit("}"))
 
     def _member_rules(self, items: list, extra) -> tuple[list, tuple | None]:
