@@ -183,6 +183,7 @@ def _add_state(nfa, dfa, k, slot, h):
     dfa.m_ptr[n + 1] = used + k
     dfa.meta[_MEM] = used + k
     dfa.accept[n] = accept
+    dfa.done[n] = False
     dfa.push_count[n] = -1
     dfa.hkey[slot] = n
     dfa.hcode[slot] = h

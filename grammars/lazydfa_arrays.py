@@ -102,39 +102,47 @@ def _offsets(sizes: list[int]) -> list[int]:
     return out
 
 
-# states a new DFA has room for: most grammars build more than 128 over a document, and a
-# growth copies the table (81 µs a grammar at 128 -> 512, in the fill that needed the room),
-# where rows never written cost nothing (np.empty)
-_FIRST_CAPACITY = 512
+# states a new DFA has room for: a third of maskbench's grammars build more than 512 over
+# their documents (Llama-3), and a growth from 512 cost 150-350 µs in the fill that needed
+# the room (the copies' page faults); rows never written cost nothing (every per-state array
+# is np.empty, only the interning table filled): room for 2,048 costs ~2 µs more than 512
+_FIRST_CAPACITY = 2048
 
 
 @njit(cache=True, nogil=True)
 def _started(nfa, starts, out, capacity, poison):
     """A DFA with room for `capacity` states holding the dead state (0: no members, every
     byte leads back to it) and then intern_starts' states; (intern_starts' code, the DFA).
-    The rows of the move table and viable bytes are left uninitialised (see enlarged), those
-    of the dead state zero."""
+    A state's rows are left uninitialised (see enlarged) until the state is made, the dead
+    state's written here; only the interning table is filled (-1: an empty slot)."""
     dfa = DFAArrays(
         np.empty((capacity, 256), np.int32),  # table
         np.empty((capacity, 256), np.bool_),  # viable
-        np.zeros(capacity, np.bool_),  # accept
-        np.zeros(capacity, np.bool_),  # done
-        np.zeros(capacity + 1, np.int64),  # m_ptr
-        np.zeros(capacity * 4, np.int64),  # mem
+        np.empty(capacity, np.bool_),  # accept
+        np.empty(capacity, np.bool_),  # done
+        np.empty(capacity + 1, np.int64),  # m_ptr
+        np.empty(capacity * 4, np.int64),  # mem
         np.full(capacity * 4, -1, np.int64),  # hkey
-        np.zeros(capacity * 4, np.int64),  # hcode
-        np.zeros(capacity, np.int64),  # push_start
-        np.full(capacity, -1, np.int64),  # push_count
-        np.zeros(capacity, np.int64),  # push_rule
-        np.zeros(capacity, np.int64),  # push_ret
+        np.empty(capacity * 4, np.int64),  # hcode
+        np.empty(capacity, np.int64),  # push_start
+        np.empty(capacity, np.int64),  # push_count
+        np.empty(capacity, np.int64),  # push_rule
+        np.empty(capacity, np.int64),  # push_ret
         np.zeros(5, np.int64),  # meta
     )
     if poison:
         dfa.table[:] = -1
         dfa.viable[:] = True
+        dfa.accept[:] = True
+        dfa.done[:] = True
+        dfa.m_ptr[:] = -1
     dfa.table[0] = 0
     dfa.viable[0] = False
+    dfa.accept[0] = False
     dfa.done[0] = True
+    dfa.m_ptr[0] = 0
+    dfa.m_ptr[1] = 0
+    dfa.push_start[0] = 0
     dfa.push_count[0] = 0
     dfa.meta[_STATES] = 1
     return intern_starts(nfa, dfa, starts, out), dfa
@@ -154,10 +162,11 @@ def started_dfa(nfa: NFAArrays, starts: list[int]) -> tuple[DFAArrays, list[int]
 
 def enlarged(arr: np.ndarray, size: int, fill=0) -> np.ndarray:
     """`arr` with `size` rows, the new ones `fill` (`arr` itself when it has as many); None:
-    left uninitialised, for the rows a kernel writes whole before any read (the move table
-    and viable bytes: materialize). Zeros come from calloc, but memory a freed grammar gave
-    back is zeroed by calloc all the same (~0.4 ms for 8,192 rows of the table), where
-    np.empty costs nothing until a row is written. With RADIXGEN_CHECK_KERNEL_TYPES set (the
+    left uninitialised, for the rows a kernel writes before any read (a state's rows when it is
+    made, its moves and viable bytes in materialize; the member and push pools as they fill).
+    Zeros come from calloc, but memory a freed grammar gave back is zeroed by calloc all the
+    same (~0.4 ms for 8,192 rows of the table), where np.empty costs nothing until a row is
+    written. With RADIXGEN_CHECK_KERNEL_TYPES set (the
     test suite), uninitialised rows are filled with a value no state has, so that a read before
     the write shows."""
     if size <= arr.shape[0]:
@@ -198,9 +207,9 @@ def grown(dfa: DFAArrays, states: int = 0) -> DFAArrays:
     room = dfa.push_rule.shape[0]
     cap = dfa.accept.shape[0]
     while n + 1 + states >= cap:  # by fours: the tables' rows are copied at each growth, and
-        cap *= 4  # calloc's pages of rows not yet written are never touched
+        cap *= 4  # the pages of rows not yet written are never touched
     # every growth is a kernel call begun again: the hash, the member lists and the pushes
-    # grow with the rows, so that they seldom run out first (their zeros are calloc's too)
+    # grow with the rows, so that they seldom run out first
     size = dfa.hkey.shape[0]
     rehashed = 2 * (n + 1 + states) > size or size < 2 * cap
     while 2 * (n + 1 + states) > size or size < 2 * cap:
@@ -213,16 +222,16 @@ def grown(dfa: DFAArrays, states: int = 0) -> DFAArrays:
     out = DFAArrays(
         table=enlarged(dfa.table, cap, None),
         viable=enlarged(dfa.viable, cap, None),
-        accept=enlarged(dfa.accept, cap),
-        done=enlarged(dfa.done, cap),
-        m_ptr=enlarged(dfa.m_ptr, cap + 1),
-        mem=enlarged(dfa.mem, mem_size),
+        accept=enlarged(dfa.accept, cap, None),
+        done=enlarged(dfa.done, cap, None),
+        m_ptr=enlarged(dfa.m_ptr, cap + 1, None),
+        mem=enlarged(dfa.mem, mem_size, None),
         hkey=dfa.hkey if not rehashed else np.full(size, -1, np.int64),
-        hcode=dfa.hcode if not rehashed else np.zeros(size, np.int64),
-        push_start=enlarged(dfa.push_start, cap),
-        push_count=enlarged(dfa.push_count, cap, -1),
-        push_rule=enlarged(dfa.push_rule, push_size),
-        push_ret=enlarged(dfa.push_ret, push_size),
+        hcode=dfa.hcode if not rehashed else np.empty(size, np.int64),
+        push_start=enlarged(dfa.push_start, cap, None),
+        push_count=enlarged(dfa.push_count, cap, None),
+        push_rule=enlarged(dfa.push_rule, push_size, None),
+        push_ret=enlarged(dfa.push_ret, push_size, None),
         meta=dfa.meta,
     )
     if rehashed:

@@ -73,11 +73,13 @@ def test_chain_memo_keeps_each_mask_apart():
     assert _chain(machine, letters + b"A", fresh) == counter[:1]
 
 
-def test_rows_of_grown_tables_are_written_whole_before_use():
-    """grown() leaves the new rows of the move table and of the viable bytes uninitialised
-    (poisoned under the test suite): every state built after the growth must still hold
-    exactly its moves and the first bytes of the rules it pushes."""
+def test_rows_of_grown_tables_are_written_whole_before_use(monkeypatch):
+    """grown() leaves the new rows of every per-state array uninitialised (poisoned under the
+    test suite): every state built after the growth must still hold exactly its moves and the
+    first bytes of the rules it pushes (a small first capacity: two growths)."""
     from grammars.json_schema import schema_to_rules
+
+    monkeypatch.setattr(lazydfa_arrays, "_FIRST_CAPACITY", 512)
 
     schema = {
         "type": "object",
@@ -106,6 +108,8 @@ def test_rows_of_grown_tables_are_written_whole_before_use():
         rules_pushed = dfa.push_rule[start : start + count]
         want = first[rules_pushed].any(axis=0) if count else np.zeros(256, bool)
         assert (dfa.viable[g] == want).all(), g
+        members = dfa.mem[dfa.m_ptr[g] : dfa.m_ptr[g + 1]]
+        assert dfa.done[g] and dfa.accept[g] == machine.arrays.final[members].any(), g
 
 
 def test_byte_classes_are_the_bytes_read_by_the_same_edges():
