@@ -388,7 +388,7 @@ class CompiledGrammar:
             if shared.applies(self, parent):
                 _set_bits(words, shared.found(self, sid, g, parent, follow, candidates))
             else:  # those another stack allowed need no check
-                candidates = candidates[(words[candidates >> 5] >> (candidates & 31)) & 1 == 0]
+                candidates = fastcall.call(lazydfa_walk.unset_of, words, candidates)
                 _set_bits(words, self._checked_leaving(sid, g, parent, follow, candidates))
         if words is None:  # no stack: nothing allowed
             words = self._mask_rows.new()
@@ -439,9 +439,10 @@ class CompiledGrammar:
     def _trie_rows(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The candidates' trie rows in trie order, and the bytes each shares with the one
         before."""
-        trie = self.vocab.trie
-        rows = np.sort(self.vocab.row_of[candidates])
-        return rows, fastcall.call(lazydfa.shared_prefixes, trie.data, trie.ptr, rows)
+        vocab = self.vocab
+        return fastcall.call(
+            lazydfa.sorted_rows, vocab.row_of, candidates, vocab.trie.data, vocab.trie.ptr
+        )
 
     def _checked_by_pops(self, g: int, parent: int, follow: np.ndarray, candidates: np.ndarray):
         """(the candidates read to the end by leaving frame g for the stack below, parent,

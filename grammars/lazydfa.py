@@ -409,6 +409,14 @@ def shared_prefixes(data, ptr, rows):
 
 
 @njit(cache=True, nogil=True)
+def sorted_rows(row_of, ids, data, ptr):
+    """The trie rows of token `ids` (row_of: each token's row) in trie order, and the bytes
+    each shares with the one before (shared_prefixes)."""
+    rows = np.sort(row_of[ids])
+    return rows, shared_prefixes(data, ptr, rows)
+
+
+@njit(cache=True, nogil=True)
 def utf8_tail(lead):
     """(continuation bytes a well-formed UTF-8 sequence starting with `lead` needs, low and high
     bound of the first of them); (0, 0, 0) for a byte that cannot start one."""
