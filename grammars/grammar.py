@@ -453,7 +453,7 @@ class CompiledGrammar:
         verdict = np.empty(len(rows), np.int8)
         below = self._single(parent)
         self._call(pda.check_pops, g, below, follow, rows, shared, trie.data, trie.ptr, verdict)
-        return trie.ids[rows[verdict == 1]], trie.ids[rows[verdict == 2]]
+        return fastcall.call(pda.by_verdict, trie.ids, rows, verdict)
 
     def _walk_frame(self, g: int, follow: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the
