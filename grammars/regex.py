@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from re import _constants as C  # noqa: N812
 from re import _parser
 
@@ -341,7 +342,10 @@ def _parse(pattern: str, flags: int = 0):
     if pattern.count("(") > MAX_GROUP_DEPTH and group_depth(pattern) > MAX_GROUP_DEPTH:
         raise GrammarError(f"pattern: groups nested more than {MAX_GROUP_DEPTH} deep")
     try:
-        with watching_calls():  # the parser is Python code without checkpoints
+        # the parser is Python code without checkpoints; its FutureWarnings ("Possible set
+        # difference", for "[[" or "--" in a class) say how a future Python may read the class,
+        # not how it is read here
+        with watching_calls(), warnings.catch_warnings(action="ignore", category=FutureWarning):
             return _parser.parse(pattern, flags)
     except (re.error, OverflowError, RecursionError) as exc:
         raise GrammarError(

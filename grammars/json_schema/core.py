@@ -9,7 +9,7 @@ from urllib.parse import unquote
 import numpy as np
 
 from grammars.budget import checkpoint
-from grammars.errors import GrammarCancelled, GrammarError, GrammarTimeout
+from grammars.errors import GrammarCancelled, GrammarError, GrammarTimeout, encodable
 from grammars.members import MAX_NEEDED_CLASSES, member_copies
 
 # keywords that only annotate
@@ -322,5 +322,5 @@ def locate(exc: GrammarError, path: str) -> GrammarError:
         return exc
     message = str(exc.args[0])
     if "(#" not in message and " at #" not in message:
-        exc.args = (f"{message} ({path[:200]})",)
+        exc.args = (encodable(f"{message} ({path[:200]})"),)
     return exc

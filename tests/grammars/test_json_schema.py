@@ -396,6 +396,24 @@ def test_errors_name_the_subschema_where_they_arose(compiler, schema, where):
     assert message.count("(#") + message.count(" at #") == 1, message
 
 
+@pytest.mark.parametrize(
+    "schema, where",
+    [
+        ('{"properties": {"\\ud800": {"type": "wat"}}}', "#/properties/\\ud800"),
+        ('{"properties": {"a\\udc00": {"minimum": "x"}}}', "#/properties/a\\udc00"),
+        ('{"type": "string", "pattern": "\\ud800("}', "'\\ud800('"),
+    ],
+)
+def test_errors_about_lone_surrogates_can_be_sent(compiler, schema, where):
+    """A key or value holding a lone surrogate (valid JSON text, not valid UTF-8) is named in
+    the message as an escape: the message encodes as UTF-8, so a server can send it."""
+    with pytest.raises(GrammarError) as caught:
+        compiler.compile_json_schema(schema)
+    message = str(caught.value)
+    message.encode("utf-8")
+    assert where in message, message
+
+
 def test_impossible_schema_raises(compiler):
     with pytest.raises(GrammarError):
         compiler.compile_json_schema({"type": "integer", "minimum": 5, "maximum": 1})

@@ -74,3 +74,20 @@ def test_through_a_schema(checker, compiler):
 def test_forms_not_enforced_raise(pattern, message):
     with pytest.raises(GrammarError, match=message):
         regex_to_node(pattern, json_mode=True, search=True)
+
+
+def test_classes_python_may_read_otherwise_one_day_compile_without_warnings():
+    """re's parser warns (FutureWarning) about "[[" and "--" in a class; the class is read as
+    Python reads it today, exactly, and the warning is not passed on to the caller."""
+    import warnings
+
+    for pattern in ("[[x]+", "[%--]+"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dfa = EagerDFA.from_node(regex_to_node(pattern))
+        assert not [w for w in caught if issubclass(w.category, FutureWarning)], pattern
+        with warnings.catch_warnings(action="ignore", category=FutureWarning):
+            reference = re.compile(pattern)
+        for text in ("[", "x[x", "%", "+,-", "]", "a", "x]", "&'"):
+            want = bool(reference.fullmatch(text))
+            assert dfa.accepts(text.encode()) == want, (pattern, text)
