@@ -105,7 +105,8 @@ def _offsets(sizes: list[int]) -> list[int]:
 # states a new DFA has room for: a third of maskbench's grammars build more than 512 over
 # their documents (Llama-3), and a growth from 512 cost 150-350 µs in the fill that needed
 # the room (the copies' page faults); rows never written cost nothing (every per-state array
-# is np.empty, only the interning table filled): room for 2,048 costs ~2 µs more than 512
+# is np.empty, only the interning table filled): room for 2,048 rather than 512 costs ~2 µs
+# in _started, ~6 µs a compile (maskbench-dev, Llama-3)
 _FIRST_CAPACITY = 2048
 
 
@@ -166,9 +167,8 @@ def enlarged(arr: np.ndarray, size: int, fill=0) -> np.ndarray:
     made, its moves and viable bytes in materialize; the member and push pools as they fill).
     Zeros come from calloc, but memory a freed grammar gave back is zeroed by calloc all the
     same (~0.4 ms for 8,192 rows of the table), where np.empty costs nothing until a row is
-    written. With RADIXGEN_CHECK_KERNEL_TYPES set (the
-    test suite), uninitialised rows are filled with a value no state has, so that a read before
-    the write shows."""
+    written. With RADIXGEN_CHECK_KERNEL_TYPES set (the test suite), uninitialised rows are
+    filled with a value no state has, so that a read before the write shows."""
     if size <= arr.shape[0]:
         return arr
     shape = (size,) + arr.shape[1:]

@@ -535,7 +535,6 @@ class _Builder(_ContainerNodes):
         return constants_node(values, self.literal, path, self.draft == "draft-04")
 
     def literal(self, value, path: str) -> tuple:
-        ws = self.ws
         if value is None:
             return lit("null")
         if isinstance(value, (bool, int, float)):
@@ -543,11 +542,7 @@ class _Builder(_ContainerNodes):
         if isinstance(value, str):
             return _string_literal(value)
         if isinstance(value, list):
-            items = [self.literal(v, path) for v in value]
-            if not items:
-                return cat(lit("["), ws, lit("]"))
-            body = [items[0]] + [cat(self.item_sep, x) for x in items[1:]]
-            return cat(lit("["), ws, *body, ws, lit("]"))
+            return self.written_in_order("[", [self.literal(v, path) for v in value], "]")
         if isinstance(value, dict):
             return self.object_literal(value, path)
         raise GrammarError(f"const/enum value of unsupported type at {path}")

@@ -290,9 +290,6 @@ class _ContainerNodes:
     def object_literal(self, value: dict, path: str) -> tuple:
         """An object constant: its members in the order written, or with property_order="any"
         in any order (each once) where that automaton stays small."""
-        ws = self.ws
-        if not value:
-            return cat(lit("{"), ws, lit("}"))
         parts = [(_string_literal(k), self.literal(v, path)) for k, v in value.items()]
         if self.property_order == "any" and len(parts) > 1:
             items = tuple((cat(key, self.member_key_sep, val), True) for key, val in parts)
@@ -300,10 +297,17 @@ class _ContainerNodes:
             # copies of the members, no rules (_member_rules): a constant stays one automaton,
             # which oneOf's and not's automaton operations can take
             if node_size(members, _MAX_ANY_ORDER, True) <= _MAX_ANY_ORDER:
-                return cat(lit("{"), ws, members, ws, lit("}"))
+                return cat(lit("{"), self.ws, members, self.ws, lit("}"))
         written = [cat(key, self.key_sep, val) for key, val in parts]
-        body = [written[0]] + [cat(self.item_sep, x) for x in written[1:]]
-        return cat(lit("{"), ws, *body, ws, lit("}"))
+        return self.written_in_order("{", written, "}")
+
+    def written_in_order(self, open_: str, parts: list, close: str) -> tuple:
+        """`parts` in their order between `open_` and `close`, separated as array items."""
+        ws = self.ws
+        if not parts:
+            return cat(lit(open_), ws, lit(close))
+        body = [parts[0]] + [cat(self.item_sep, x) for x in parts[1:]]
+        return cat(lit(open_), ws, *body, ws, lit(close))
 
     def _member_rules(self, items: list, extra) -> tuple[list, tuple | None]:
         """Members in any order are built once per set of members they lead to, and extra

@@ -249,3 +249,30 @@ def test_most_common_target_counts_as_a_sort_of_the_row_does():
             want = min(best, key=lambda t: int(np.flatnonzero(row == t)[0]))
         assert lazydfa_chain._most_common_target(table, s) == want, s
     assert lazydfa_chain._most_common_target(table, len(rows) - 1) == 9
+
+
+def test_candidate_kernels_agree_with_numpy():
+    """The compiled steps of a mask's candidate checks (lazydfa_walk.unset_of,
+    lazydfa.sorted_rows, pda.by_verdict) give what the numpy expressions they replace gave."""
+    from grammars import pda
+
+    rng = np.random.default_rng(3)
+    size = 5000
+    for n in (0, 1, 7, 300, 4000):
+        words = rng.integers(0, 2**32, size=size // 32 + 1, dtype=np.uint64).astype(np.uint32)
+        tokens = rng.choice(size, size=n, replace=False).astype(np.int64)
+        want = tokens[(words[tokens >> 5] >> (tokens & 31)) & 1 == 0]
+        assert np.array_equal(lazydfa_walk.unset_of(words, tokens), want)
+
+        data = rng.integers(97, 100, size=3 * size).astype(np.uint8)  # rows of 0-5 bytes
+        ptr = np.concatenate(([0], np.cumsum(rng.integers(0, 6, size=size)))).astype(np.int64)
+        row_of = rng.permutation(size).astype(np.int64)
+        rows, shared = lazydfa.sorted_rows(row_of, tokens, data, ptr)
+        assert np.array_equal(rows, np.sort(row_of[tokens]))
+        assert np.array_equal(shared, lazydfa.shared_prefixes(data, ptr, rows))
+
+        ids = rng.permutation(size).astype(np.int64)
+        verdict = rng.integers(0, 3, size=n).astype(np.int8)
+        found, rest = pda.by_verdict(ids, rows, verdict)
+        assert np.array_equal(found, ids[rows[verdict == 1]])
+        assert np.array_equal(rest, ids[rows[verdict == 2]])
