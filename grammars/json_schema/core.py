@@ -3,7 +3,9 @@ schema's types and constants."""
 
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 from urllib.parse import unquote
 
 import numpy as np
@@ -105,6 +107,20 @@ def shared(node) -> tuple:
     if node[0] in ("frag", "dfa", "nt", "b") or node_size(node, _MIN_SHARED) < _MIN_SHARED:
         return node
     return ("frag", node)
+
+
+def positive_number(x, message: str) -> Fraction:
+    """x, a positive finite JSON number, as the decimal it is written as (a float read as its
+    shortest repr: 0.1 is 1/10); GrammarError(message) for anything else (NaN, infinities,
+    booleans, zero, negatives, other types)."""
+    if (
+        isinstance(x, bool)
+        or not isinstance(x, (int, float))
+        or not x > 0
+        or (isinstance(x, float) and not math.isfinite(x))
+    ):
+        raise GrammarError(message)
+    return Fraction(repr(x)) if isinstance(x, float) else Fraction(x)
 
 
 def _has_rules(node) -> bool:

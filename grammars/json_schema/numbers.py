@@ -10,6 +10,7 @@ from decimal import Decimal
 
 from grammars.automaton import EMPTY, NOTHING, alt, byte_set, cat, intersect, lit, opt, rep
 from grammars.errors import GrammarError
+from grammars.json_schema.core import positive_number
 
 _DIGIT = byte_set((0x30, 0x39))
 _DIGIT19 = byte_set((0x31, 0x39))
@@ -271,8 +272,7 @@ def _multiples(a: int, d: int) -> tuple:
 
 def _multiple_of(k, path: str) -> tuple:
     """The numbers that are multiples of `k` (a positive number, a float read as its repr)."""
-    if isinstance(k, bool) or not isinstance(k, (int, float)) or k <= 0:
-        raise GrammarError(f"multipleOf must be a positive number at {path}")
+    positive_number(k, f"multipleOf must be a positive number at {path}")
     _, digits, exp = _decimal(k).normalize().as_tuple()
     a = int("".join(map(str, digits))) * 10 ** max(exp, 0)
     d = max(-exp, 0)

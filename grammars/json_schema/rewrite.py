@@ -9,7 +9,12 @@ from fractions import Fraction
 
 from grammars.errors import GrammarError
 from grammars.json_schema.constants import common_values
-from grammars.json_schema.core import _ASSERTIONS, _DEPENDENCY_KEYWORDS, array_parts
+from grammars.json_schema.core import (
+    _ASSERTIONS,
+    _DEPENDENCY_KEYWORDS,
+    array_parts,
+    positive_number,
+)
 from grammars.json_schema.instances import pattern_search
 
 _MAX_DEPENDENCIES = 6  # each one doubles the object's alternatives
@@ -187,9 +192,8 @@ def _merged_arrays(a: dict, b: dict, path: str) -> tuple[dict, dict]:
 
 def _common_multiple(a, b, path: str):
     """The least common multiple of two positive numbers (decimals read as written)."""
-    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or x <= 0 for x in (a, b)):
-        raise GrammarError(f"multipleOf must be a positive number ({path})")
-    fa, fb = (Fraction(repr(x)) if isinstance(x, float) else Fraction(x) for x in (a, b))
+    message = f"multipleOf must be a positive number ({path})"
+    fa, fb = positive_number(a, message), positive_number(b, message)
     # lcm of p/q and r/s is lcm(p, r) / gcd(q, s) for fractions in lowest terms
     p, r = fa.numerator, fb.numerator
     common = Fraction(p * r // math.gcd(p, r), math.gcd(fa.denominator, fb.denominator))

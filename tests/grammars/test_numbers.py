@@ -141,3 +141,20 @@ def test_bounds_that_are_not_finite_merged_by_all_of_raise(compiler):
     ):
         with pytest.raises(GrammarError, match="finite"):
             compiler.compile_json_schema(schema)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        '{"type": "number", "multipleOf": 1e999}',
+        {"type": "number", "multipleOf": float("nan")},
+        '{"allOf": [{"multipleOf": 1e999}, {"multipleOf": 2}]}',
+        {"allOf": [{"multipleOf": 3}, {"multipleOf": float("nan")}]},
+        {"allOf": [{"multipleOf": 3}, {"multipleOf": True}]},
+    ],
+)
+def test_multiple_of_that_is_not_a_finite_positive_number_raises(compiler, schema):
+    """multipleOf of an infinity (1e999 in JSON text reads as one), NaN or a boolean, alone or
+    merged by allOf: the keyword's own error, not an arithmetic one."""
+    with pytest.raises(GrammarError, match="multipleOf must be a positive number"):
+        compiler.compile_json_schema(schema)
