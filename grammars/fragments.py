@@ -7,9 +7,16 @@ use, which grammars.nfa_layout lays out in compiled code.
 A fragment built between states s and e only adds moves among s, e and the states it reserved
 (first .. first + size - 1), so a use between s2 and e2 on states from base is the same moves
 with s -> s2, e -> e2 and first + i -> base + i.
+
+A wrapper that lives across compiles (the any-value node of each set of options, held by a
+module cache) can be kept (`keep`): its first build in any NFA is recorded once, with the
+fragments inside it built afresh, and later NFAs replay the recording (a few array operations)
+instead of building the node again.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 
 class Fragment:
@@ -46,6 +53,14 @@ def _marks(nfa) -> tuple:
 def build_fragment(nfa, wrapper: tuple, s: int, e: int) -> None:
     """Build ("frag", node) between s and e: the node itself the first time, a use after."""
     hit = nfa.fragments.get(id(wrapper))
+    if hit is None and s != e:
+        kept = _KEPT.get(id(wrapper))
+        if kept is not None and kept[0] is wrapper:
+            if kept[1] is None:
+                kept[1] = _recorded(nfa, wrapper, s, e)
+            else:
+                kept[1].replay(nfa, wrapper, s, e)
+            return
     if hit is None or s == e:
         before = _marks(nfa)
         nfa.build(wrapper[1], s, e)
@@ -75,3 +90,123 @@ def expand_uses(nfa) -> None:
         for i in range(frag.nts.start, frag.nts.stop):
             nts += (m(nts[3 * i]), nts[3 * i + 1], m(nts[3 * i + 2]))
     nfa.frag_uses = []
+
+
+_MAX_KEPT = 64
+_KEPT: dict[int, list] = {}  # id(wrapper) -> [wrapper, its Recording once built]
+
+
+def keep(wrapper: tuple) -> tuple:
+    """`wrapper`, marked as one that lives across compiles (see the module's docstring); a
+    node that is no fragment is returned as it is."""
+    if wrapper[0] == "frag" and id(wrapper) not in _KEPT:
+        if len(_KEPT) >= _MAX_KEPT:
+            _KEPT.clear()
+        _KEPT[id(wrapper)] = [wrapper, None]
+    return wrapper
+
+
+def _recorded(nfa, wrapper: tuple, s: int, e: int) -> Recording:
+    """Build `wrapper` between s and e as its first build in `nfa`, the fragments inside it
+    built there too (not uses of builds outside), and record what that added."""
+    outside, nfa.fragments = nfa.fragments, {}
+    before, reps = _marks(nfa), len(nfa.reps)
+    try:
+        nfa.build(wrapper[1], s, e)
+    finally:
+        inner, nfa.fragments = nfa.fragments, outside
+    frag = Fragment(before, _marks(nfa), s, e)
+    for key, value in inner.items():
+        outside.setdefault(key, value)
+    outside[id(wrapper)] = (wrapper, frag)
+    return Recording(nfa, frag, list(inner.values()), nfa.reps[reps:])
+
+
+class Recording:
+    """A kept fragment's first build, independent of where it was built: states coded as
+    -1 (its from state), -2 (its to state) or their offset from its first state; list
+    positions as offsets from where the build began."""
+
+    def __init__(self, nfa, frag: Fragment, inner: list, reps: list):
+        first, fs, fe = frag.first, frag.s, frag.e
+
+        def code(x: int) -> int:
+            return -1 if x == fs else -2 if x == fe else x - first
+
+        def at(part: slice, start: int) -> tuple:
+            return part.start - start, part.stop - start
+
+        eps = nfa.eps[2 * frag.eps.start : 2 * frag.eps.stop]
+        edges = nfa.edges[3 * frag.edges.start : 3 * frag.edges.stop]
+        nts = nfa.nts[3 * frag.nts.start : 3 * frag.nts.stop]
+        self.size = frag.size
+        self.n_eps, self.n_edges = len(eps), len(edges) // 3
+        # the states of every move: eps, then the edges' and the references' (from, to)
+        states = eps + edges[0::3] + edges[2::3] + nts[0::3] + nts[2::3]
+        self.codes = np.array([code(x) for x in states], np.int64)
+        self.at_s = np.flatnonzero(self.codes == -1)
+        self.at_e = np.flatnonzero(self.codes == -2)
+        self.masks, self.rules = edges[1::3], nts[1::3]
+        self.copies = [
+            (code(b), code(cs), code(ce), dfa) for b, cs, ce, dfa in nfa.copies[frag.copies]
+        ]
+        number = {id(f): i for i, (_, f) in enumerate(inner)}
+        self.uses = [
+            (number[id(f)], code(b), code(us), code(ue))
+            for f, b, us, ue in nfa.frag_uses[frag.uses]
+        ]
+        start = (
+            frag.eps.start,
+            frag.edges.start,
+            frag.nts.start,
+            frag.copies.start,
+            frag.uses.start,
+        )
+        self.inner = [
+            (w, code(f.first), f.size, code(f.s), code(f.e))
+            + tuple(
+                at(part, k) for part, k in zip((f.eps, f.edges, f.nts, f.copies, f.uses), start)
+            )
+            for w, f in inner
+        ]
+        self.reps = [(code(x), *rest) for x, *rest in reps]
+
+    def replay(self, nfa, wrapper: tuple, s: int, e: int) -> None:
+        """Add the recorded build between s and e, as `wrapper`'s first build in `nfa`."""
+        before = _marks(nfa)
+        base = nfa.reserve(self.size)
+
+        def state(c: int) -> int:
+            return s if c == -1 else e if c == -2 else c + base
+
+        values = self.codes + base
+        values[self.at_s] = s
+        values[self.at_e] = e
+        values = values.tolist()
+        n_eps, k = self.n_eps, self.n_edges
+        nfa.eps += values[:n_eps]
+        flat = [0] * (3 * k)
+        flat[0::3], flat[1::3], flat[2::3] = (
+            values[n_eps : n_eps + k],
+            self.masks,
+            values[n_eps + k : n_eps + 2 * k],
+        )
+        nfa.edges += flat
+        n = len(self.rules)
+        flat = [0] * (3 * n)
+        at = n_eps + 2 * k
+        flat[0::3], flat[1::3], flat[2::3] = values[at : at + n], self.rules, values[at + n :]
+        nfa.nts += flat
+        nfa.copies += [(state(b), state(cs), state(ce), dfa) for b, cs, ce, dfa in self.copies]
+        made = []
+        for w, first, size, fs, fe, *parts in self.inner:
+            f = Fragment.__new__(Fragment)
+            f.first, f.size, f.s, f.e = state(first), size, state(fs), state(fe)
+            f.eps, f.edges, f.nts, f.copies, f.uses = (
+                slice(k0 + a, k0 + b) for k0, (a, b) in zip(before[1:], parts)
+            )
+            made.append(f)
+            nfa.fragments.setdefault(id(w), (w, f))
+        nfa.frag_uses += [(made[i], state(b), state(us), state(ue)) for i, b, us, ue in self.uses]
+        nfa.reps += [(state(x), *rest) for x, *rest in self.reps]
+        nfa.fragments[id(wrapper)] = (wrapper, Fragment(before, _marks(nfa), s, e))

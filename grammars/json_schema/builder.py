@@ -14,11 +14,10 @@ from grammars.automaton import (
     difference,
     intersect,
     lit,
-    opt,
-    rep,
 )
 from grammars.budget import checkpoint
 from grammars.errors import GrammarError
+from grammars.fragments import keep
 from grammars.grammar import texts_accepted
 from grammars.json_schema.constants import (
     MIN_LITERAL_SET,
@@ -28,7 +27,12 @@ from grammars.json_schema.constants import (
     only_constants,
     spellings,
 )
-from grammars.json_schema.containers import _ContainerNodes, _regex_search, _separators
+from grammars.json_schema.containers import (
+    _ContainerNodes,
+    _regex_search,
+    _separators,
+    any_body,
+)
 from grammars.json_schema.core import (
     _ANNOTATIONS,
     _DEPENDENCY_KEYWORDS,
@@ -47,10 +51,8 @@ from grammars.json_schema.core import (
 from grammars.json_schema.instances import finite_values, matches
 from grammars.json_schema.negation import canonical_texts, complement, conditional
 from grammars.json_schema.numbers import (
-    _NUMBER,
     FRACTIONAL,
     _number_literal,
-    bounded_digits,
     number_node,
 )
 from grammars.json_schema.one_of import (
@@ -201,22 +203,13 @@ class _Builder(_ContainerNodes):
     def any_value(self) -> tuple:
         """Any JSON value; nested values go through the rule "any" (recursion)."""
         if self._any is None:
-            self.rules["any"] = NOTHING  # placeholder while building (recursive)
-            self._any = shared(self._any_body(("nt", "any")))  # one node for every use
+            self.rules["any"] = NOTHING  # the rule's place, before the rules the value adds
+            any_ws, separators, _, max_ws, max_digits = self.options
+            separators = tuple(separators) if separators else None
+            # one node for every use, and for every schema compiled with these options
+            self._any = keep(any_body(any_ws, separators, max_ws, max_digits))
             self.rules["any"] = cat(self.ws, self._any)
         return self._any
-
-    def _any_body(self, inner) -> tuple:
-        ws = self.ws
-        array = cat(
-            lit("["), opt(cat(inner, rep(cat(self.item_sep_push, inner), 0, None))), ws, lit("]")
-        )
-        member = cat(string_node({}), self.key_sep_push, inner)
-        obj = cat(
-            lit("{"), ws, opt(cat(member, rep(cat(self.item_sep, member), 0, None))), ws, lit("}")
-        )
-        number = bounded_digits(_NUMBER, self.max_digits)
-        return alt(lit("null"), lit("true"), lit("false"), number, string_node({}), array, obj)
 
     def value(self, schema, path: str) -> tuple:
         """The node of `schema` (at `path`, for messages)."""

@@ -27,8 +27,9 @@ from grammars.json_schema.constants import (
     scalar_key,
 )
 from grammars.json_schema.core import _ANNOTATIONS, _types_of, array_parts, node_size, shared
+from grammars.json_schema.numbers import _NUMBER, bounded_digits
 from grammars.json_schema.rewrite import _merge
-from grammars.json_schema.strings import _string_literal, key_except, key_node
+from grammars.json_schema.strings import _string_literal, key_except, key_node, string_node
 from grammars.members import REPEATING
 from grammars.regex import regex_to_node
 
@@ -57,6 +58,19 @@ def _separators(any_whitespace: bool, separators: tuple | None, max_ws: int | No
         item_push, key_push = item_sep, key_sep
     # the separators between an object's members, one node for all of them
     return ws, item_sep, key_sep, item_push, key_push, shared(item_sep), shared(key_sep)
+
+
+@functools.lru_cache(maxsize=64)
+def any_body(any_whitespace: bool, separators: tuple | None, max_ws, max_digits) -> tuple:
+    """Any JSON value, nested ones through the rule "any" (the rule: whitespace, then this):
+    one node for every schema compiled with these options."""
+    ws, item_sep, _, item_push, key_push, _, _ = _separators(any_whitespace, separators, max_ws)
+    inner = ("nt", "any")
+    array = cat(lit("["), opt(cat(inner, rep(cat(item_push, inner), 0, None))), ws, lit("]"))
+    member = cat(string_node({}), key_push, inner)
+    obj = cat(lit("{"), ws, opt(cat(member, rep(cat(item_sep, member), 0, None))), ws, lit("}"))
+    number = bounded_digits(_NUMBER, max_digits)
+    return shared(alt(lit("null"), lit("true"), lit("false"), number, string_node({}), array, obj))
 
 
 class _ContainerNodes:

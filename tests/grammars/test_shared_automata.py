@@ -2,13 +2,17 @@
 length counters laid out as arrays, fragments built once and copied, patterns left to the lazy
 DFA, keys that exclude the named properties."""
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grammars import fragments
 from grammars.array_dfa import ArrayDFA, LazyDFA, mask_bytes
-from grammars.automaton import NFA, NOTHING, EagerDFA, alt, cat, lit, rep
+from grammars.automaton import NFA, NOTHING, EagerDFA, StateIndex, alt, byte_classes, cat, lit, rep
+from grammars.fragments import keep
 from grammars.json_schema.core import node_size, shared
 from grammars.json_schema.counted import _STRING_CHAR, _length_dfa
 from grammars.json_schema.strings import _lazy_pattern, key_except, key_node
@@ -211,3 +215,102 @@ def test_extra_properties_never_take_a_named_key(checker):
         [{"a": "x", "abc": 1}, {"ab": "y", "b": 2}, {"a": "x", "ab": "y"}],
         [{"a": 1}, {"ab": 1}, {"abc": "s"}],
     )
+
+
+def _kept_parts():
+    """A kept fragment holding an inner fragment, DFA copies, a counted repetition (reps) and
+    a rule reference; the inner fragment alone; the same node without any wrapper."""
+    inner_body = alt(cat(lit("ab"), rep(lit("c"), 0, None)), cat(lit("x"), rep(lit("yz"), 1, 3)))
+    inner = shared(inner_body)
+    digits = ("dfa", EagerDFA.from_node(rep(alt(lit("0"), lit("17")), 1, 3)))
+    body = cat(lit("["), inner, digits, rep(lit("k"), 0, 9), lit("|"), inner, ("nt", "r"), lit("]"))
+    plain = cat(lit("["), inner_body, digits, rep(lit("k"), 0, 9), lit("|"), inner_body)
+    plain = cat(plain, ("nt", "r"), lit("]"))
+    return keep(shared(body)), inner, plain, inner_body
+
+
+def _rule_nfa(node):
+    """An NFA of `node` (rule 0) and of rule r: "q", between the states returned."""
+    nfa = NFA()
+    s, e = nfa.new(), nfa.new()
+    nfa.build(node, s, e)
+    r_s, r_e = nfa.new(), nfa.new()
+    nfa.build(lit("q"), r_s, r_e)
+    return nfa, s, e, r_s, r_e
+
+
+def _nfa_language(nfa, s, e, r_s, r_e) -> EagerDFA:
+    """The texts of rule 0 of a _rule_nfa, its references to r read as "q" (r nests nothing)."""
+    nfa._expand_copies()
+    for i in range(0, len(nfa.nts), 3):
+        a, _, b = nfa.nts[i : i + 3]
+        nfa.eps += (a, r_s, r_e, b)
+    nfa.nts = []
+    dfa = EagerDFA()
+    states = StateIndex(dfa, 20_000, "too large")
+    start = nfa.closure([s])
+    dfa.start = states(start, e in start)
+    while states.todo:
+        S = states.todo.pop()
+        edges = [edge for n in S for edge in nfa.edges_of(n)]
+        for mask, targets in byte_classes(edges):
+            T = nfa.closure(targets)
+            dfa.trans[states.index[S]].append((mask, states(T, e in T)))
+    return dfa.trimmed()
+
+
+def test_kept_fragments_replay_their_first_build(monkeypatch):
+    """A kept fragment's first build is recorded (with the fragments inside it built afresh
+    even where the NFA had built them before), later NFAs replay it: the replayed NFA reads the
+    same texts as the node built plainly, and its laid-out graph has every move its own
+    expansion has (the replay's copies, uses, inner fragments and repetitions are consistent)."""
+    monkeypatch.setattr(fragments, "_KEPT", {})
+    kept, inner, plain, inner_body = _kept_parts()
+    replays = []
+    replay = fragments.Recording.replay
+    monkeypatch.setattr(fragments.Recording, "replay", lambda *a: replays.append(1) or replay(*a))
+    first = cat(inner, lit(";"), kept)  # the inner fragment built before the recording
+    later = cat(lit("<"), kept, lit(">"), kept, lit("!"), inner)  # replay, use, inner use
+    reference = cat(lit("<"), plain, lit(">"), plain, lit("!"), inner_body)
+    _rule_nfa(first)
+    assert fragments._KEPT[id(kept)][1] is not None and not replays
+    nfa, *ends = _rule_nfa(later)
+    assert len(replays) == 1 and nfa.reps and nfa.copies and nfa.frag_uses
+    eps, edges, nts = _moves_by_state(nfa_graph(nfa, {"r": 0}))
+    plain_nfa, *_ = _rule_nfa(later)
+    plain_nfa._expand_copies()
+    for s in range(plain_nfa.size):
+        assert eps[s] == {b for a, b in zip(plain_nfa.eps[::2], plain_nfa.eps[1::2]) if a == s}
+        moves = zip(plain_nfa.edges[::3], plain_nfa.edges[1::3], plain_nfa.edges[2::3])
+        assert edges[s] == {(m, b) for a, m, b in moves if a == s}
+    replayed = _nfa_language(_rule_nfa(later)[0], *ends)
+    assert same_language(replayed, _nfa_language(*_rule_nfa(reference)))
+
+
+def test_replayed_any_value_gives_the_masks_of_a_plain_build(checker, monkeypatch):
+    """Schemas whose extra properties take any value, compiled with the any-value node replayed
+    from an earlier compile and compiled with nothing kept: the same documents, the same masks."""
+    import grammars.json_schema.builder as builder
+    from grammars import GrammarCompiler
+
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {}}}
+    docs = [{"a": "x", "b": [1, {"c": None}], "z": {"y": [True, "w"]}}, {"b": 2.5e3}, {"a": 1}]
+    docs += ['{"a": "x", "q": [1, 2}', '{"z": {"y": [}]}']
+    compiler = GrammarCompiler(checker.tok, cache_size=0)
+    compiler.compile_json_schema({"items": {"type": "integer"}})  # records the any-value node
+    replays = []
+    replay = fragments.Recording.replay
+    monkeypatch.setattr(fragments.Recording, "replay", lambda *a: replays.append(1) or replay(*a))
+    replayed = compiler.compile_json_schema(schema)
+    assert replays
+    monkeypatch.setattr(builder, "keep", lambda wrapper: wrapper)
+    plain = compiler.compile_json_schema(schema)
+    for doc in docs:
+        text = doc if isinstance(doc, str) else json.dumps(doc)
+        assert checker.accepts(replayed, text) == checker.accepts(plain, text), text
+        ids = checker.tok.encode(text, add_special_tokens=False)
+        a, b = replayed.matcher(), plain.matcher()
+        for t in ids:
+            assert (a.next_token_mask() == b.next_token_mask()).all(), text
+            if not (a.accept_token(t) and b.accept_token(t)):
+                break
