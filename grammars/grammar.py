@@ -148,9 +148,13 @@ class Machine:
         info = np.zeros(5, np.int64)
         in_chain = np.empty(256, np.bool_)
         chain = np.zeros(vocab.max_len + 1, np.int64)  # made by chain_info, used by the walk
-        if len(self._utf8_memo) < len(self.dfa.table):  # the memos cover every state
-            self._utf8_memo = lazydfa_arrays.enlarged(self._utf8_memo, len(self.dfa.table))
-            self._chain_memo = lazydfa_arrays.enlarged(self._chain_memo, len(self.dfa.table))
+        states = int(self.dfa.meta[lazydfa._STATES]) + room
+        if len(self._utf8_memo) < states:  # the memos cover the states this walk may make
+            # without growing the arrays (past them the kernels work without a memo), twice
+            # over: rows for every state of the table (2,048) cost ~12 µs a first fill
+            rows = max(2 * states, 64)
+            self._utf8_memo = lazydfa_arrays.enlarged(self._utf8_memo, rows)
+            self._chain_memo = lazydfa_arrays.enlarged(self._chain_memo, rows)
         self._run(
             lazydfa_chain.chain_info,
             g,
@@ -249,7 +253,8 @@ class CompiledGrammar:
         self._counted = counter_masks.CounterMasks(regions, vocab.max_len) if len(regions) else None
         root = machine.rule_start[machine.root]
         with self._lock:
-            self.initial = self._single(self._call(pda.stack_of, root, -1))
+            self.initial = self._call(pda.initial_set, root)
+            self._closure_read(self.initial)
 
     def matcher(self) -> GrammarMatcher:
         return GrammarMatcher(self)
@@ -291,12 +296,17 @@ class CompiledGrammar:
                 members = self._closures.get(ss)
                 if members is None:
                     self._call(pda.closure, ss)
-                    p = self._pda
-                    a, n = int(p.cl_start[ss]), int(p.cl_len[ss])
-                    self._complete[ss] = bool(p.cl_complete[ss])  # first: read unlocked below
-                    members = p.cl_mem[a : a + n].tolist()
-                    members = self._closures[ss] = members[0] if n == 1 else tuple(members)
+                    members = self._closure_read(ss)
         return ((members,) if members.__class__ is int else members), self._complete[ss]
+
+    def _closure_read(self, ss: int) -> int | tuple[int, ...]:
+        """Set ss's closure, made in the arrays, kept in the dicts closure() reads."""
+        p = self._pda
+        a, n = int(p.cl_start[ss]), int(p.cl_len[ss])
+        self._complete[ss] = bool(p.cl_complete[ss])  # first: read unlocked in closure()
+        members = p.cl_mem[a : a + n].tolist()
+        members = self._closures[ss] = members[0] if n == 1 else tuple(members)
+        return members
 
     def step(self, ss: int, b: int) -> int:
         key = ss << 8 | b

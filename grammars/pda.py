@@ -15,6 +15,7 @@ because kernels only add.
 
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
 
 import numpy as np
@@ -45,9 +46,20 @@ PDAArrays = namedtuple(
 
 
 def new_arrays(max_depth: int, stacks: int = 256, sets: int = 256) -> PDAArrays:
-    """Empty arrays with room for `stacks` stacks and `sets` sets: the integer ones carved
-    from one allocation (a compiled call making each took ~22 µs of every compile, most of it
-    handing eighteen arrays back to Python; numpy calls one by one ~18)."""
+    """Empty arrays with room for `stacks` stacks and `sets` sets: the integer ones views of
+    one copy of a template (a compiled call making each took ~22 µs of every compile, most of
+    it handing eighteen arrays back to Python; numpy calls one by one ~18, slices of a new
+    buffer filled in place ~20)."""
+    template, bounds = _template(max_depth, stacks, sets)
+    buf = template.copy()
+    views = [buf[a:b] for a, b in bounds]
+    return PDAArrays(*views[:10], np.zeros(sets, np.bool_), *views[10:])
+
+
+@functools.lru_cache(maxsize=8)
+def _template(max_depth: int, stacks: int, sets: int) -> tuple[np.ndarray, list]:
+    """new_arrays' integer fields laid end to end, as a new PDA holds them, and each field's
+    (start, stop) in that buffer."""
     sizes = (  # PDAArrays' integer fields in order, and whether they start EMPTY
         (stacks, 0), (stacks, 0), (stacks, 0), (4 * stacks, 1),  # st_g .. st_hkey
         (sets + 1, 0), (4 * sets, 0), (4 * sets, 1), (4 * sets, 0),  # set_ptr .. set_hcode
@@ -56,18 +68,18 @@ def new_arrays(max_depth: int, stacks: int = 256, sets: int = 256) -> PDAArrays:
         (stacks, 0), (stacks, 0), (stacks, 0), (8, 0),  # mark, work, buf, meta
     )  # fmt: skip
     buf = np.zeros(sum(n for n, _ in sizes), np.int64)
-    views = []
+    bounds = []
     at = 0
     for n, empty in sizes:
-        view = buf[at : at + n]
         if empty:
-            view.fill(EMPTY)
-        views.append(view)
+            buf[at : at + n] = EMPTY
+        bounds.append((at, at + n))
         at += n
-    meta = views[-1]
+    meta = buf[bounds[-1][0] :]
     meta[_SETS] = 1  # set 0: the empty set
     meta[_DEPTH] = max_depth
-    return PDAArrays(*views[:10], np.zeros(sets, np.bool_), *views[10:])
+    buf.flags.writeable = False
+    return buf, bounds
 
 
 def grown(pda: PDAArrays) -> PDAArrays:
@@ -209,17 +221,25 @@ def intern_set(pda, members, k):
 
 
 @njit(cache=True, nogil=True)
-def stack_of(nfa, dfa, pda, rule_start, g, parent):
-    """intern_stack, with the arguments of every kernel here."""
-    return intern_stack(pda, g, parent)
-
-
-@njit(cache=True, nogil=True)
 def single_of(nfa, dfa, pda, rule_start, sid):
     """The set of stack sid alone."""
     one = np.empty(1, np.int64)
     one[0] = sid
     return intern_set(pda, one, 1)
+
+
+@njit(cache=True, nogil=True)
+def initial_set(nfa, dfa, pda, rule_start, g):
+    """The set of the stack holding only state g, with its closure made (closure): the set,
+    or an error code (one call where a new grammar made three)."""
+    sid = intern_stack(pda, g, -1)
+    if sid < 0:
+        return sid
+    ss = single_of(nfa, dfa, pda, rule_start, sid)
+    if ss < 0:
+        return ss
+    code = closure(nfa, dfa, pda, rule_start, ss)
+    return code if code < 0 else ss
 
 
 @njit(cache=True, nogil=True)
