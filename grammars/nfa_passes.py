@@ -18,6 +18,23 @@ from grammars.lazydfa import EDGE_ROOM, NFAArrays, njit
 
 
 @njit(cache=True, nogil=True)
+def _grouped(keys, k):
+    """(ptr, order): the indices j of `keys` (each in 0 .. k - 1) grouped by keys[j], in
+    order within a group: group x is order[ptr[x]:ptr[x + 1]] (a counting sort)."""
+    ptr = np.zeros(k + 1, np.int64)
+    for x in keys:
+        ptr[x + 1] += 1
+    for x in range(k):
+        ptr[x + 1] += ptr[x]
+    fill = ptr[:-1].copy()
+    order = np.empty(keys.shape[0], np.int64)
+    for j in range(keys.shape[0]):
+        order[fill[keys[j]]] = j
+        fill[keys[j]] += 1
+    return ptr, order
+
+
+@njit(cache=True, nogil=True)
 def _live_states(eps_ptr, eps_idx, e_ptr, e_tgt, nt_ptr, nt_rule, nt_tgt, starts, finals):
     """(live, productive): the states that can reach their rule's end, the rules that can
     match something; the two grow together (a reference is followed backwards once its rule
@@ -47,50 +64,46 @@ def _live_states(eps_ptr, eps_idx, e_ptr, e_tgt, nt_ptr, nt_rule, nt_tgt, starts
     for s in range(n):
         for j in range(nt_ptr[s], nt_ptr[s + 1]):
             nt_src[j] = s
-    by_tgt = np.argsort(nt_tgt, kind="mergesort")
-    tgt_ptr = np.searchsorted(nt_tgt[by_tgt], np.arange(n + 1))
-    by_rule = np.argsort(nt_rule, kind="mergesort")
-    rule_ptr = np.searchsorted(nt_rule[by_rule], np.arange(n_rules + 1))
+    tgt_ptr, by_tgt = _grouped(nt_tgt, n)
+    rule_ptr, by_rule = _grouped(nt_rule, n_rules)
     rule_of_start = np.full(n, -1, np.int64)
     for r in range(n_rules):
         rule_of_start[starts[r]] = r
     live = np.zeros(n, np.bool_)
     productive = np.zeros(n_rules, np.bool_)
-    pend = np.empty(n + ridx.shape[0] + 2 * n_nt + finals.shape[0] + 1, np.int64)
-    todo = np.empty(n + 1, np.int64)
-    n_pend = 0
-    n_todo = 0
+    todo = np.empty(n, np.int64)  # states found live whose predecessors are not looked at yet
+    top = 0
     for r in range(n_rules):
-        pend[n_pend] = finals[r]
-        n_pend += 1
-    while n_pend or n_todo:
-        if n_pend:
-            n_pend -= 1
-            s = pend[n_pend]
-            if live[s]:
-                continue
-            live[s] = True
-            todo[n_todo] = s
-            n_todo += 1
-            r = rule_of_start[s]
-            if r >= 0 and not productive[r]:
-                productive[r] = True
-                for k in range(rule_ptr[r], rule_ptr[r + 1]):
-                    j = by_rule[k]
-                    if live[nt_tgt[j]]:
-                        pend[n_pend] = nt_src[j]
-                        n_pend += 1
-        else:
-            n_todo -= 1
-            t = todo[n_todo]
-            for j in range(rptr[t], rptr[t + 1]):
-                pend[n_pend] = ridx[j]
-                n_pend += 1
-            for k in range(tgt_ptr[t], tgt_ptr[t + 1]):
-                j = by_tgt[k]
-                if productive[nt_rule[j]]:
-                    pend[n_pend] = nt_src[j]
-                    n_pend += 1
+        if not live[finals[r]]:
+            live[finals[r]] = True
+            todo[top] = finals[r]
+            top += 1
+    while top:
+        top -= 1
+        t = todo[top]
+        r = rule_of_start[t]
+        if r >= 0 and not productive[r]:  # the references to r now lead on where they return
+            productive[r] = True  # to a live state
+            for k in range(rule_ptr[r], rule_ptr[r + 1]):
+                j = by_rule[k]
+                s = nt_src[j]
+                if live[nt_tgt[j]] and not live[s]:
+                    live[s] = True
+                    todo[top] = s
+                    top += 1
+        for j in range(rptr[t], rptr[t + 1]):
+            s = ridx[j]
+            if not live[s]:
+                live[s] = True
+                todo[top] = s
+                top += 1
+        for k in range(tgt_ptr[t], tgt_ptr[t + 1]):
+            j = by_tgt[k]
+            s = nt_src[j]
+            if productive[nt_rule[j]] and not live[s]:
+                live[s] = True
+                todo[top] = s
+                top += 1
     return live, productive
 
 
