@@ -28,7 +28,7 @@ def _mapped(x, u):
 
 
 @njit(cache=True, nogil=True)
-def _by_source(n, src, cols):
+def by_source(n, src, cols):
     """(ptr, cols reordered by source state, keeping the order within a state)."""
     ptr = np.zeros(n + 1, np.int64)
     for s in src:
@@ -100,9 +100,9 @@ def layout(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, start
             all_e[1, j] = own_masks + map_ptr[d] + moves[1, m]
             all_e[2, j] = base + moves[2, m]
             j += 1
-    eps_ptr, eps_to = _by_source(n, all_eps[0], all_eps[1:])
-    e_ptr, e_cols = _by_source(n, all_e[0], all_e[1:])
-    nt_ptr, nt_cols = _by_source(n, all_nt[0], all_nt[1:])
+    eps_ptr, eps_to = by_source(n, all_eps[0], all_eps[1:])
+    e_ptr, e_cols = by_source(n, all_e[0], all_e[1:])
+    nt_ptr, nt_cols = by_source(n, all_nt[0], all_nt[1:])
     return eps_ptr, eps_to[0], e_ptr, e_cols, nt_ptr, nt_cols
 
 

@@ -17,21 +17,14 @@ from grammars.errors import GrammarError
 from grammars.lazydfa import EDGE_ROOM, NFAArrays, njit
 
 
-@njit(cache=True, nogil=True)
-def _grouped(keys, k):
-    """(ptr, order): the indices j of `keys` (each in 0 .. k - 1) grouped by keys[j], in
-    order within a group: group x is order[ptr[x]:ptr[x + 1]] (a counting sort)."""
-    ptr = np.zeros(k + 1, np.int64)
-    for x in keys:
-        ptr[x + 1] += 1
-    for x in range(k):
-        ptr[x + 1] += ptr[x]
-    fill = ptr[:-1].copy()
-    order = np.empty(keys.shape[0], np.int64)
-    for j in range(keys.shape[0]):
-        order[fill[keys[j]]] = j
-        fill[keys[j]] += 1
-    return ptr, order
+@njit(cache=True, nogil=True, inline="always")
+def _found(live, todo, top, s):
+    """Mark state s live and queue it unless it is already: the new queue length."""
+    if live[s]:
+        return top
+    live[s] = True
+    todo[top] = s
+    return top + 1
 
 
 @njit(cache=True, nogil=True)
@@ -64,8 +57,10 @@ def _live_states(eps_ptr, eps_idx, e_ptr, e_tgt, nt_ptr, nt_rule, nt_tgt, starts
     for s in range(n):
         for j in range(nt_ptr[s], nt_ptr[s + 1]):
             nt_src[j] = s
-    tgt_ptr, by_tgt = _grouped(nt_tgt, n)
-    rule_ptr, by_rule = _grouped(nt_rule, n_rules)
+    ids = np.arange(n_nt).reshape(1, -1)
+    tgt_ptr, by_tgt = nfa_layout.by_source(n, nt_tgt, ids)
+    rule_ptr, by_rule = nfa_layout.by_source(n_rules, nt_rule, ids)
+    by_tgt, by_rule = by_tgt[0], by_rule[0]
     rule_of_start = np.full(n, -1, np.int64)
     for r in range(n_rules):
         rule_of_start[starts[r]] = r
@@ -74,10 +69,7 @@ def _live_states(eps_ptr, eps_idx, e_ptr, e_tgt, nt_ptr, nt_rule, nt_tgt, starts
     todo = np.empty(n, np.int64)  # states found live whose predecessors are not looked at yet
     top = 0
     for r in range(n_rules):
-        if not live[finals[r]]:
-            live[finals[r]] = True
-            todo[top] = finals[r]
-            top += 1
+        top = _found(live, todo, top, finals[r])
     while top:
         top -= 1
         t = todo[top]
@@ -86,24 +78,14 @@ def _live_states(eps_ptr, eps_idx, e_ptr, e_tgt, nt_ptr, nt_rule, nt_tgt, starts
             productive[r] = True  # to a live state
             for k in range(rule_ptr[r], rule_ptr[r + 1]):
                 j = by_rule[k]
-                s = nt_src[j]
-                if live[nt_tgt[j]] and not live[s]:
-                    live[s] = True
-                    todo[top] = s
-                    top += 1
+                if live[nt_tgt[j]]:
+                    top = _found(live, todo, top, nt_src[j])
         for j in range(rptr[t], rptr[t + 1]):
-            s = ridx[j]
-            if not live[s]:
-                live[s] = True
-                todo[top] = s
-                top += 1
+            top = _found(live, todo, top, ridx[j])
         for k in range(tgt_ptr[t], tgt_ptr[t + 1]):
             j = by_tgt[k]
-            s = nt_src[j]
-            if productive[nt_rule[j]] and not live[s]:
-                live[s] = True
-                todo[top] = s
-                top += 1
+            if productive[nt_rule[j]]:
+                top = _found(live, todo, top, nt_src[j])
     return live, productive
 
 
