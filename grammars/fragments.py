@@ -150,7 +150,13 @@ class Recording:
         self.copies = [
             (code(b), code(cs), code(ce), dfa) for b, cs, ce, dfa in nfa.copies[frag.copies]
         ]
-        number = {id(f): i for i, (_, f) in enumerate(inner)}
+        # the fragments first built inside (all that its uses copy: `_recorded` hid the others),
+        # with their wrappers where the NFA knows them by one (None: a replay's, not kept by id)
+        inner = {id(f): (w, f) for w, f in inner}
+        for f, *_ in nfa.frag_uses[frag.uses]:
+            inner.setdefault(id(f), (None, f))
+        number = {key: i for i, key in enumerate(inner)}
+        inner = list(inner.values())
         self.uses = [
             (number[id(f)], code(b), code(us), code(ue))
             for f, b, us, ue in nfa.frag_uses[frag.uses]
@@ -206,7 +212,8 @@ class Recording:
                 slice(k0 + a, k0 + b) for k0, (a, b) in zip(before[1:], parts)
             )
             made.append(f)
-            nfa.fragments.setdefault(id(w), (w, f))
+            if w is not None:
+                nfa.fragments.setdefault(id(w), (w, f))
         nfa.frag_uses += [(made[i], state(b), state(us), state(ue)) for i, b, us, ue in self.uses]
         nfa.reps += [(state(x), *rest) for x, *rest in self.reps]
         nfa.fragments[id(wrapper)] = (wrapper, Fragment(before, _marks(nfa), s, e))

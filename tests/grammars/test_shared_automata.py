@@ -314,3 +314,19 @@ def test_replayed_any_value_gives_the_masks_of_a_plain_build(checker, monkeypatc
             assert (a.next_token_mask() == b.next_token_mask()).all(), text
             if not (a.accept_token(t) and b.accept_token(t)):
                 break
+
+
+def test_kept_fragments_inside_kept_fragments(monkeypatch):
+    """A kept fragment replayed inside the first build of another (whose recording then holds
+    the replay's fragments) and both replayed later: the texts of the plain node."""
+    monkeypatch.setattr(fragments, "_KEPT", {})
+    kept_inner, inner, plain_inner, inner_body = _kept_parts()
+    outer_body = cat(lit("("), kept_inner, lit(","), inner, lit(","), kept_inner, lit(")"))
+    outer = keep(shared(outer_body))
+    plain_outer = cat(lit("("), plain_inner, lit(","), inner_body, lit(","), plain_inner, lit(")"))
+    _rule_nfa(kept_inner)  # recorded
+    _rule_nfa(outer)  # recorded, with kept_inner replayed inside
+    assert fragments._KEPT[id(outer)][1] is not None
+    node = cat(outer, lit("/"), kept_inner, lit("/"), outer)
+    reference = cat(plain_outer, lit("/"), plain_inner, lit("/"), plain_outer)
+    assert same_language(_nfa_language(*_rule_nfa(node)), _nfa_language(*_rule_nfa(reference)))
