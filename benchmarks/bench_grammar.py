@@ -12,7 +12,9 @@ xgrammar outlines-core`, benchmark-only extras). Runs with the SmolLM2 tokenizer
 
 --interleave runs each file through every engine in turn rather than one engine after another:
 the machines drift in speed by tens of percent within a minute, which otherwise lands on one
-engine's figures and not another's.
+engine's figures and not another's. All engines are then alive at once, and radixgen and
+radixgen-any share the grammars package's module caches (each warms them for the other): compare
+those two one after the other.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from grammars import GrammarCompiler, GrammarError  # noqa: E402
+from grammars import GrammarCompiler, GrammarError, fragments  # noqa: E402
 from grammars.maskbench import load_files  # noqa: E402
 
 COMPILE_LIMIT_S = 30
@@ -59,13 +61,15 @@ def timed_steps(ids, times, step, check=None) -> bool:
 
 def _cold_module_caches() -> None:
     """Empty the grammars package's functools caches (pieces of schemas: key automata,
-    patterns, separators), so that a pass starts as a fresh process would rather than warmed
-    by an earlier pass over the same schemas with another tokenizer."""
+    patterns, separators) and its recorded fragments (grammars.fragments.keep), so that a pass
+    starts as a fresh process would rather than warmed by an earlier pass over the same schemas
+    with another tokenizer."""
     for name, module in list(sys.modules.items()):
         if name == "grammars" or name.startswith("grammars."):
             for obj in list(vars(module).values()):
                 if getattr(obj, "__module__", None) == name and hasattr(obj, "cache_clear"):
                     obj.cache_clear()
+    fragments._KEPT.clear()
 
 
 class Radixgen:
@@ -325,6 +329,15 @@ def run_interleaved(engines: dict, tok, files) -> dict:
     return {name: tally.summary() for name, tally in tallies.items()}
 
 
+def _engine(name: str, tok):
+    """ENGINES[name] for tok, or None (said) when it is not installed."""
+    try:
+        return ENGINES[name](tok)
+    except Exception as exc:  # noqa: BLE001 - not installed
+        print(f"skip {name}: {type(exc).__name__}: {exc}")
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--data", default=None, help="MaskBench folder")
@@ -348,16 +361,21 @@ def main():
     for tname in args.tokenizers.split(","):
         if tname not in toks:
             continue
-        engines = {}
-        for ename in args.engines.split(","):
-            try:
-                engines[ename] = ENGINES[ename](toks[tname])
-            except Exception as exc:  # noqa: BLE001 - not installed
-                print(f"skip {ename}: {type(exc).__name__}: {exc}")
-        if args.interleave:
+        by_engine = {}
+        if args.interleave:  # every engine alive at once (the radixgen ones share the grammars
+            # package's module caches: each warms them for the others)
+            engines = {}
+            for ename in args.engines.split(","):
+                engine = _engine(ename, toks[tname])
+                if engine is not None:
+                    engines[ename] = engine
             by_engine = run_interleaved(engines, toks[tname], files)
-        else:
-            by_engine = {name: run_engine(e, toks[tname], files) for name, e in engines.items()}
+        else:  # each made just before its run (radixgen's clears the module caches) and dropped
+            for ename in args.engines.split(","):
+                engine = _engine(ename, toks[tname])
+                if engine is not None:
+                    by_engine[ename] = run_engine(engine, toks[tname], files)
+                del engine
         for ename, stats in by_engine.items():
             results[f"{ename}/{tname}"] = stats
             print(

@@ -141,6 +141,10 @@ def _has_rules(node) -> bool:
     return False
 
 
+# objects and arrays a decoded schema may hold (as JSON text: 2 MB at the least)
+MAX_CONTAINERS = 1 << 20
+
+
 def check_depth(schema, limit: int, max_bytes: int | None = None) -> None:
     """GrammarError when objects and arrays nest deeper than `limit` in a decoded schema, or
     when there are too many of them for `max_bytes` of JSON text (objects shared between
@@ -154,6 +158,11 @@ def check_depth(schema, limit: int, max_bytes: int | None = None) -> None:
             checkpoint()
             if max_bytes is not None and 2 * popped > max_bytes:  # "{}" at the least
                 raise GrammarError(f"the schema is longer than the limit of {max_bytes} bytes")
+            if popped > MAX_CONTAINERS:  # without a byte limit: no endless walk either
+                raise GrammarError(
+                    f"the schema holds more than {MAX_CONTAINERS} objects and arrays (a "
+                    "subobject shared between places counts at each)"
+                )
         value, depth = todo.pop()
         if depth > limit:
             raise GrammarError(f"schema nested more than {limit} levels deep")

@@ -344,3 +344,15 @@ def test_standard_library_imports_still_work(compiler, tmp_path, monkeypatch, op
     assert m.accept_string("12 3.5  7") and m.is_completed()
     assert not grammar.matcher().accept_string("hijacked")
     assert not [p for p in opened if isinstance(p, str) and str(tmp_path) in os.path.abspath(p)]
+
+
+def test_schema_of_shared_subobjects_is_refused_without_a_byte_limit(compiler):
+    """A decoded schema whose subobjects are shared (2**40 places, one object each level): json.dumps
+    and the walks would never end, with or without a budget."""
+    from grammars.json_schema.core import MAX_CONTAINERS
+
+    schema = {"type": "string"}
+    for _ in range(40):
+        schema = {"anyOf": [schema, schema]}
+    with pytest.raises(GrammarError, match=f"more than {MAX_CONTAINERS} objects and arrays"):
+        compiler.compile_json_schema(schema)
