@@ -69,7 +69,7 @@ def _cold_module_caches() -> None:
             for obj in list(vars(module).values()):
                 if getattr(obj, "__module__", None) == name and hasattr(obj, "cache_clear"):
                     obj.cache_clear()
-    fragments._KEPT.clear()
+    fragments.forget_kept()
 
 
 class Radixgen:
@@ -306,19 +306,11 @@ class _Tally:
         }
 
 
-def run_engine(engine, tok, files) -> dict:
-    """Every file through one engine."""
-    signal.signal(signal.SIGALRM, _alarm)
-    tally = _Tally()
-    for _, spec in files:
-        tally.run_file(engine, tok, spec)
-    return tally.summary()
-
-
 def run_interleaved(engines: dict, tok, files) -> dict:
     """Every file through each engine in turn (the order rotated file by file), so that all of
     them meet the same machine: on a machine whose speed drifts by tens of percent within a
-    minute, runs one engine after the other compare different machines."""
+    minute, runs one engine after the other compare different machines. One engine: a plain
+    run."""
     signal.signal(signal.SIGALRM, _alarm)
     tallies = {name: _Tally() for name in engines}
     names = list(engines)
@@ -374,7 +366,7 @@ def main():
             for ename in args.engines.split(","):
                 engine = _engine(ename, toks[tname])
                 if engine is not None:
-                    by_engine[ename] = run_engine(engine, toks[tname], files)
+                    by_engine.update(run_interleaved({ename: engine}, toks[tname], files))
                 del engine
         for ename, stats in by_engine.items():
             results[f"{ename}/{tname}"] = stats

@@ -106,6 +106,12 @@ def keep(wrapper: tuple) -> tuple:
     return wrapper
 
 
+def forget_kept() -> None:
+    """Drop every kept wrapper and its recording (a process that starts afresh, as a
+    benchmark pass does)."""
+    _KEPT.clear()
+
+
 def _recorded(nfa, wrapper: tuple, s: int, e: int) -> Recording:
     """Build `wrapper` between s and e as its first build in `nfa`, the fragments inside it
     built there too (not uses of builds outside), and record what that added."""
@@ -123,69 +129,44 @@ def _recorded(nfa, wrapper: tuple, s: int, e: int) -> Recording:
 
 
 class Recording:
-    """A kept fragment's first build, independent of where it was built: states coded as
-    -1 (its from state), -2 (its to state) or their offset from its first state; list
-    positions as offsets from where the build began."""
+    """A kept fragment's first build, `frag`, with what it added copied out of the NFA that
+    made it: replayed onto another NFA by frag.mapper, as a use would be, but into the NFA's
+    own lists (the positions of the fragments inside kept as offsets from where it began)."""
 
     def __init__(self, nfa, frag: Fragment, inner: list, reps: list):
-        first, fs, fe = frag.first, frag.s, frag.e
-
-        def code(x: int) -> int:
-            return -1 if x == fs else -2 if x == fe else x - first
-
-        def at(part: slice, start: int) -> tuple:
-            return part.start - start, part.stop - start
-
+        self.frag = frag
         eps = nfa.eps[2 * frag.eps.start : 2 * frag.eps.stop]
         edges = nfa.edges[3 * frag.edges.start : 3 * frag.edges.stop]
         nts = nfa.nts[3 * frag.nts.start : 3 * frag.nts.stop]
-        self.size = frag.size
         self.n_eps, self.n_edges = len(eps), len(edges) // 3
-        # the states of every move: eps, then the edges' and the references' (from, to)
-        states = eps + edges[0::3] + edges[2::3] + nts[0::3] + nts[2::3]
-        self.codes = np.array([code(x) for x in states], np.int64)
-        self.at_s = np.flatnonzero(self.codes == -1)
-        self.at_e = np.flatnonzero(self.codes == -2)
+        # the states of every move: eps, then the edges' and the references' (from, to), as
+        # offsets from the first state (frag.mapper's shift, for the whole array at once)
+        states = np.array(eps + edges[0::3] + edges[2::3] + nts[0::3] + nts[2::3], np.int64)
+        self.at_s = np.flatnonzero(states == frag.s)
+        self.at_e = np.flatnonzero(states == frag.e)
+        self.offsets = states - frag.first
         self.masks, self.rules = edges[1::3], nts[1::3]
-        self.copies = [
-            (code(b), code(cs), code(ce), dfa) for b, cs, ce, dfa in nfa.copies[frag.copies]
-        ]
+        self.copies = nfa.copies[frag.copies]
         # the fragments first built inside (all that its uses copy: `_recorded` hid the others),
         # with their wrappers where the NFA knows them by one (None: a replay's, not kept by id)
         inner = {id(f): (w, f) for w, f in inner}
         for f, *_ in nfa.frag_uses[frag.uses]:
             inner.setdefault(id(f), (None, f))
         number = {key: i for i, key in enumerate(inner)}
-        inner = list(inner.values())
-        self.uses = [
-            (number[id(f)], code(b), code(us), code(ue))
-            for f, b, us, ue in nfa.frag_uses[frag.uses]
-        ]
-        start = (
-            frag.eps.start,
-            frag.edges.start,
-            frag.nts.start,
-            frag.copies.start,
-            frag.uses.start,
-        )
+        self.uses = [(number[id(f)], *use) for f, *use in nfa.frag_uses[frag.uses]]
+        begun = [part.start for part in _parts(frag)]
         self.inner = [
-            (w, code(f.first), f.size, code(f.s), code(f.e))
-            + tuple(
-                at(part, k) for part, k in zip((f.eps, f.edges, f.nts, f.copies, f.uses), start)
-            )
-            for w, f in inner
+            (w, f, [(p.start - k, p.stop - k) for p, k in zip(_parts(f), begun)])
+            for w, f in inner.values()
         ]
-        self.reps = [(code(x), *rest) for x, *rest in reps]
+        self.reps = reps
 
     def replay(self, nfa, wrapper: tuple, s: int, e: int) -> None:
         """Add the recorded build between s and e, as `wrapper`'s first build in `nfa`."""
         before = _marks(nfa)
-        base = nfa.reserve(self.size)
-
-        def state(c: int) -> int:
-            return s if c == -1 else e if c == -2 else c + base
-
-        values = self.codes + base
+        base = nfa.reserve(self.frag.size)
+        m = self.frag.mapper(base, s, e)
+        values = self.offsets + base
         values[self.at_s] = s
         values[self.at_e] = e
         values = values.tolist()
@@ -203,17 +184,22 @@ class Recording:
         at = n_eps + 2 * k
         flat[0::3], flat[1::3], flat[2::3] = values[at : at + n], self.rules, values[at + n :]
         nfa.nts += flat
-        nfa.copies += [(state(b), state(cs), state(ce), dfa) for b, cs, ce, dfa in self.copies]
+        nfa.copies += [(m(b), m(cs), m(ce), dfa) for b, cs, ce, dfa in self.copies]
         made = []
-        for w, first, size, fs, fe, *parts in self.inner:
-            f = Fragment.__new__(Fragment)
-            f.first, f.size, f.s, f.e = state(first), size, state(fs), state(fe)
-            f.eps, f.edges, f.nts, f.copies, f.uses = (
+        for w, f, parts in self.inner:
+            g = Fragment.__new__(Fragment)
+            g.first, g.size, g.s, g.e = m(f.first), f.size, m(f.s), m(f.e)
+            g.eps, g.edges, g.nts, g.copies, g.uses = (
                 slice(k0 + a, k0 + b) for k0, (a, b) in zip(before[1:], parts)
             )
-            made.append(f)
+            made.append(g)
             if w is not None:
-                nfa.fragments.setdefault(id(w), (w, f))
-        nfa.frag_uses += [(made[i], state(b), state(us), state(ue)) for i, b, us, ue in self.uses]
-        nfa.reps += [(state(x), *rest) for x, *rest in self.reps]
+                nfa.fragments.setdefault(id(w), (w, g))
+        nfa.frag_uses += [(made[i], m(b), m(us), m(ue)) for i, b, us, ue in self.uses]
+        nfa.reps += [(m(x), *rest) for x, *rest in self.reps]
         nfa.fragments[id(wrapper)] = (wrapper, Fragment(before, _marks(nfa), s, e))
+
+
+def _parts(f: Fragment) -> tuple:
+    """A fragment's slices of the NFA's lists, in _marks' order."""
+    return f.eps, f.edges, f.nts, f.copies, f.uses
