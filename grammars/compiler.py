@@ -320,6 +320,7 @@ def warm_up() -> None:
     for byte in b'{"a": "ab", "b": [1, {"c": [2, "x"]}]}':  # a byte's token id is the byte
         matcher.next_token_mask()
         matcher.accept_token(byte)
+    matcher.next_token_mask()  # the end: EOS set in the mask
     # kernels the masks above need not reach: the stack tables' and the DFA's growth, and the
     # start states interned again when a grammar has more than a new DFA's room (zero here)
     pda.grown(pda.new_arrays(4))

@@ -30,6 +30,7 @@ from grammars import (
     lazydfa_walk,
     nfa_passes,
     pda,
+    pda_leaving,
 )
 from grammars.array_dfa import LazyDFA
 from grammars.automaton import NFA
@@ -56,6 +57,7 @@ _ROW_BLOCK = 32  # rows of masks or of frame walks per allocation (few to free w
 _FIRST_ROWS = 4  # rows of a grammar's first block of each
 _MAX_FOLLOWS = 1 << 16  # _follow's arrays kept (256 bytes each), then the memo starts over
 _NO_CANDIDATES = np.zeros(0, np.int64)
+_NO_WORDS = np.zeros(0, np.uint32)
 _NO_PREFIX = (  # walk's chain steps, when none
     np.zeros(0, np.int16),
     np.zeros(0, np.int64),
@@ -223,6 +225,8 @@ class CompiledGrammar:
         self.description = description
         self._pda = pda.new_arrays(_MAX_STACK_DEPTH)
         self._rule_start = np.array(machine.rule_start, np.int64)
+        trie = vocab.trie  # as pda_leaving.checked_leaving reads it
+        self._trie = (trie.data, trie.ptr, trie.ids, vocab.row_of)
         self._singles: dict[int, int] = {}  # stack -> the set of it alone
         # Python copies of what the arrays hold, for lookups without a compiled call
         # (kept without tuples where they can be: every object kept is one more for the cyclic
@@ -398,42 +402,33 @@ class CompiledGrammar:
             if shared.applies(self, parent):
                 _set_bits(words, shared.found(self, sid, g, parent, follow, candidates))
             else:  # those another stack allowed need no check
-                candidates = fastcall.call(lazydfa_walk.unset_of, words, candidates)
-                _set_bits(words, self._checked_leaving(sid, g, parent, follow, candidates))
+                self._checked_leaving(sid, g, parent, follow, candidates, words)
         if words is None:  # no stack: nothing allowed
             words = self._mask_rows.new()
         if complete:
             _set_bits(words, self.vocab.eos_ids)
         return words.view("<i4")
 
-    def _checked_leaving(self, sid, g, parent, follow, candidates) -> np.ndarray:
+    def _checked_leaving(self, sid, g, parent, follow, candidates, words=None) -> np.ndarray:
         """The candidates (tokens leaving frame g of stack sid, whose stack below is parent,
-        reading the bytes of `follow`) that stack sid reads to the end: those that only leave
-        the frame by a pop are checked from the stack below alone (_checked_by_pops), the rest
-        from the whole stack."""
-        if follow is None or not len(candidates):
-            return self._checked(sid, candidates)
-        found, rest = self._checked_by_pops(g, parent, follow, candidates)
-        return np.concatenate((found, self._checked(sid, rest)))
-
-    def _checked(self, sid: int, candidates: np.ndarray) -> np.ndarray:
-        """The candidate tokens that a walk from stack sid reads to the end: in trie order,
-        each resuming from the state after the bytes it shares with the one before (a prefix
-        that died kills the tokens that share it). Memoised by horizon.SharedChecks where it
-        applies."""
-        if not len(candidates):
-            return _NO_CANDIDATES
-        # one compiled call even for a few: a new mask's stack is mostly new, so their steps
-        # are too, and a walk of each through Python then made a compiled call per token
-        vocab = self.vocab
-        ss = self._single(sid)
-        trie = vocab.trie
-        rows, shared = self._trie_rows(candidates)
-        found = np.empty(len(rows), np.int64)
-        states = np.empty(vocab.max_len + 1, np.int64)
-        states[0] = ss
-        n = self._call(pda.check_rows, rows, shared, trie.data, trie.ptr, states, found)
-        return trie.ids[found[:n]]
+        reading the bytes of `follow`) that stack sid reads to the end, in one compiled call
+        (pda_leaving.checked_leaving); with `words` (a mask row), only those not set there
+        are checked, and those found are set there."""
+        in_place = words is not None
+        out = np.empty(len(candidates), np.int64)
+        n = self._call(
+            pda_leaving.checked_leaving,
+            sid,
+            g,
+            parent,
+            _NO_FOLLOW if follow is None else follow,
+            candidates,
+            words if in_place else _NO_WORDS,
+            in_place,
+            self._trie,
+            out,
+        )
+        return out[:n] if in_place else out[:n].copy()
 
     def _follow(self, parent: int) -> np.ndarray:
         """The bytes stack `parent` can read, as 256 booleans (kept by stack: never changed)."""
@@ -445,25 +440,6 @@ class CompiledGrammar:
             follow[self.live_bytes(self._single(parent))] = True
             self._follows[parent] = follow
         return follow
-
-    def _trie_rows(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The candidates' trie rows in trie order, and the bytes each shares with the one
-        before."""
-        vocab = self.vocab
-        return fastcall.call(
-            lazydfa.sorted_rows, vocab.row_of, candidates, vocab.trie.data, vocab.trie.ptr
-        )
-
-    def _checked_by_pops(self, g: int, parent: int, follow: np.ndarray, candidates: np.ndarray):
-        """(the candidates read to the end by leaving frame g for the stack below, parent,
-        which can read the bytes of `follow`; those that need the whole stack: a push could
-        continue them): pda.check_pops."""
-        trie = self.vocab.trie
-        rows, shared = self._trie_rows(candidates)
-        verdict = np.empty(len(rows), np.int8)
-        below = self._single(parent)
-        self._call(pda.check_pops, g, below, follow, rows, shared, trie.data, trie.ptr, verdict)
-        return fastcall.call(pda.by_verdict, trie.ids, rows, verdict)
 
     def _walk_frame(self, g: int, follow: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Every token run through the DFA of the frame on top: (allowed, candidates), the

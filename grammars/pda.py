@@ -429,20 +429,6 @@ def _parent_reads(nfa, dfa, pda, rule_start, sid, row):
 
 
 @njit(cache=True, nogil=True)
-def by_verdict(ids, rows, verdict):
-    """(the ids of the trie `rows` whose verdict (check_pops) is 1, those whose verdict is 2),
-    in one pass."""
-    out = np.empty((2, rows.shape[0]), np.int64)
-    n = np.zeros(2, np.int64)
-    for k in range(rows.shape[0]):
-        v = verdict[k] - 1
-        if v == 0 or v == 1:
-            out[v, n[v]] = ids[rows[k]]
-            n[v] += 1
-    return out[0, : n[0]].copy(), out[1, : n[1]].copy()
-
-
-@njit(cache=True, nogil=True)
 def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, ptr, verdict):
     """The candidate rows of a walk from frame state g (lazydfa_walk.walk) checked where they
     can leave the frame: each row is read by the frame's DFA, and where, past its first byte,

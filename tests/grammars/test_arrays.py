@@ -253,9 +253,7 @@ def test_most_common_target_counts_as_a_sort_of_the_row_does():
 
 def test_candidate_kernels_agree_with_numpy():
     """The compiled steps of a mask's candidate checks (lazydfa_walk.unset_of,
-    lazydfa.sorted_rows, pda.by_verdict) give what the numpy expressions they replace gave."""
-    from grammars import pda
-
+    lazydfa.sorted_rows) give what the numpy expressions they replace gave."""
     rng = np.random.default_rng(3)
     size = 5000
     for n in (0, 1, 7, 300, 4000):
@@ -270,9 +268,3 @@ def test_candidate_kernels_agree_with_numpy():
         rows, shared = lazydfa.sorted_rows(row_of, tokens, data, ptr)
         assert np.array_equal(rows, np.sort(row_of[tokens]))
         assert np.array_equal(shared, lazydfa.shared_prefixes(data, ptr, rows))
-
-        ids = rng.permutation(size).astype(np.int64)
-        verdict = rng.integers(0, 3, size=n).astype(np.int8)
-        found, rest = pda.by_verdict(ids, rows, verdict)
-        assert np.array_equal(found, ids[rows[verdict == 1]])
-        assert np.array_equal(rest, ids[rows[verdict == 2]])

@@ -158,3 +158,33 @@ def test_multiple_of_that_is_not_a_finite_positive_number_raises(compiler, schem
     merged by allOf: the keyword's own error, not an arithmetic one."""
     with pytest.raises(GrammarError, match="multipleOf must be a positive number"):
         compiler.compile_json_schema(schema)
+
+
+def test_number_ranges_are_built_once_for_every_schema(compiler, checker):
+    """A range is built once per bounds and kept (json_schema.numbers._bounded_range): a later
+    schema with the same bounds, other keywords beside, gets the same automaton, and the
+    grammars that share it read exactly their own bounds."""
+    from grammars.json_schema import numbers
+
+    numbers._bounded_range.cache_clear()
+    first = numbers.number_node({"type": "number", "minimum": 0, "maximum": 5}, False, "#")
+    again = {"maximum": 5, "title": "t", "minimum": 0, "type": "number"}
+    assert numbers.number_node(again, False, "#/x") is first
+    assert numbers.number_node(again, True, "#/x") is not first  # integers: another range
+    schema = {
+        "type": "object",
+        "properties": {
+            "p": {"type": "number", "minimum": 0, "maximum": 5},
+            "q": {"type": "number", "minimum": 0.0, "exclusiveMaximum": 5},
+            "r": {"type": "integer", "minimum": 0, "maximum": 5, "multipleOf": 2},
+        },
+        "required": ["p", "q", "r"],
+    }
+    for _ in range(2):  # the second compile reads every range from the cache
+        grammar = compiler.compile_json_schema(schema)
+        assert checker.accepts(grammar, '{"p": 5, "q": 4.99, "r": 4}')
+        assert checker.accepts(grammar, '{"p": 0, "q": 0, "r": 0}')
+        for bad in ('{"p": 5, "q": 5, "r": 4}', '{"p": 5.01, "q": 1, "r": 4}'):
+            assert not checker.accepts(grammar, bad)
+        assert not checker.accepts(grammar, '{"p": 1, "q": 1, "r": 3}')
+        assert not checker.accepts(grammar, '{"p": 1, "q": -0.5, "r": 2}')
