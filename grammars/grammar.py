@@ -436,8 +436,9 @@ class CompiledGrammar:
         if follow is None:
             if len(self._follows) >= _MAX_FOLLOWS:
                 self._follows.clear()
-            follow = np.zeros(256, np.bool_)
-            follow[self.live_bytes(self._single(parent))] = True
+            follow = np.empty(256, np.bool_)
+            with self._lock:  # one compiled call: its set, closure and each frame's bytes
+                self._call(pda.parent_reads, parent, follow)
             self._follows[parent] = follow
         return follow
 

@@ -409,7 +409,7 @@ def _pairs_set(pda, pg, pp, pn, d, buf):
 
 
 @njit(cache=True, nogil=True)
-def _parent_reads(nfa, dfa, pda, rule_start, sid, row):
+def parent_reads(nfa, dfa, pda, rule_start, sid, row):
     """row[b] := stack sid's closure can read byte b; 0, or an error code."""
     ss = single_of(nfa, dfa, pda, rule_start, sid)
     if ss < 0:
@@ -497,7 +497,7 @@ def check_pops(nfa, dfa, pda, rule_start, g, below, follow, rows, shared, data, 
                             if up < 0 or n_up == ups.shape[0]:
                                 slow = True
                                 break
-                            code = _parent_reads(nfa, dfa, pda, rule_start, up, reads[i])
+                            code = parent_reads(nfa, dfa, pda, rule_start, up, reads[i])
                             if code < 0:
                                 return code
                             ups[i] = up
