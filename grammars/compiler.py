@@ -321,6 +321,7 @@ def warm_up() -> None:
         matcher.next_token_mask()
         matcher.accept_token(byte)
     matcher.next_token_mask()  # the end: EOS set in the mask
+    grammar.matcher().find_jump_forward_string()  # the bytes a state can read (set_reads)
     # kernels the masks above need not reach: the stack tables' and the DFA's growth, and the
     # start states interned again when a grammar has more than a new DFA's room (zero here)
     pda.grown(pda.new_arrays(4))

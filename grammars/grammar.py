@@ -227,7 +227,6 @@ class CompiledGrammar:
         self._rule_start = np.array(machine.rule_start, np.int64)
         trie = vocab.trie  # as pda_leaving.checked_leaving reads it
         self._trie = (trie.data, trie.ptr, trie.ids, vocab.row_of)
-        self._singles: dict[int, int] = {}  # stack -> the set of it alone
         # Python copies of what the arrays hold, for lookups without a compiled call
         # (kept without tuples where they can be: every object kept is one more for the cyclic
         # collector to count and walk, and its collections land in fills and compiles)
@@ -284,13 +283,6 @@ class CompiledGrammar:
         p = self._pda
         return int(p.st_g[sid]), int(p.st_parent[sid])
 
-    def _single(self, sid: int) -> int:
-        ss = self._singles.get(sid)
-        if ss is None:
-            with self._lock:
-                ss = self._singles[sid] = self._call(pda.single_of, sid)
-        return ss
-
     def closure(self, ss: int) -> tuple[tuple[int, ...], bool]:
         """Stacks reachable without reading a byte (push rules, pop finished ones) and whether
         the whole grammar can end here."""
@@ -337,14 +329,13 @@ class CompiledGrammar:
         return self.closure(ss)[1] if complete is None else complete
 
     def live_bytes(self, ss: int) -> list[int]:
+        """The bytes set ss can read, in order."""
         out = self._live.get(ss)
         if out is None:
+            row = np.empty(256, np.bool_)
             with self._lock:
-                m = self.machine
-                mask = set()
-                for sid in self.closure(ss)[0]:
-                    mask.update(m.live(self._frame(sid)[0]))
-                out = self._live[ss] = sorted(mask)
+                self._call(pda.set_reads, ss, row)
+            out = self._live[ss] = np.flatnonzero(row).tolist()
         return out
 
     # -- masks --------------------------------------------------------------------------------

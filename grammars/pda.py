@@ -409,11 +409,8 @@ def _pairs_set(pda, pg, pp, pn, d, buf):
 
 
 @njit(cache=True, nogil=True)
-def parent_reads(nfa, dfa, pda, rule_start, sid, row):
-    """row[b] := stack sid's closure can read byte b; 0, or an error code."""
-    ss = single_of(nfa, dfa, pda, rule_start, sid)
-    if ss < 0:
-        return ss
+def set_reads(nfa, dfa, pda, rule_start, ss, row):
+    """row[b] := set ss's closure can read byte b; 0, or an error code."""
     code = closure(nfa, dfa, pda, rule_start, ss)
     if code < 0:
         return code
@@ -426,6 +423,15 @@ def parent_reads(nfa, dfa, pda, rule_start, sid, row):
             if dfa.table[g, c]:
                 row[c] = True
     return 0
+
+
+@njit(cache=True, nogil=True)
+def parent_reads(nfa, dfa, pda, rule_start, sid, row):
+    """set_reads of the set of stack sid alone."""
+    ss = single_of(nfa, dfa, pda, rule_start, sid)
+    if ss < 0:
+        return ss
+    return set_reads(nfa, dfa, pda, rule_start, ss, row)
 
 
 @njit(cache=True, nogil=True)

@@ -326,23 +326,17 @@ def number_node(schema: dict, integer: bool, path: str, max_digits: int | None =
         hi_excl = emax and hi is not None
     elif emax is not None and (hi is None or _decimal(emax) <= _decimal(hi)):
         hi, hi_excl = emax, True
-    node = _bounded_range(_typed(lo), lo_excl, _typed(hi), hi_excl, integer, max_digits)
+    node = _bounded_range(lo, lo_excl, hi, hi_excl, integer, max_digits)
     if "multipleOf" in schema and not (integer and schema["multipleOf"] == 1):
         node = intersect(node, _multiple_of(schema["multipleOf"], path))
     return node
 
 
-def _typed(bound) -> tuple | None:
-    """A bound with its type, as a cache key (1 and 1.0 are equal but written apart)."""
-    return None if bound is None else (bound.__class__, bound)
-
-
 @functools.lru_cache(maxsize=256)  # bounds recur across schemas: minimum 0, 1 to 65535, ...
 def _bounded_range(lo, lo_excl: bool, hi, hi_excl: bool, integer: bool, max_digits) -> tuple:
-    """The numbers between two bounds (each None or _typed), digit runs limited to
-    max_digits unless an integer has both bounds (it is finite already)."""
-    lo = None if lo is None else lo[1]
-    hi = None if hi is None else hi[1]
+    """The numbers between two bounds (None: none), digit runs limited to max_digits unless
+    an integer has both bounds (it is finite already). Bounds equal as Python numbers (1 and
+    1.0, 1e22 and 10**22) share an entry: they are the same decimal, so the same range."""
     node = _number_range(lo, lo_excl, hi, hi_excl, integer)
     if integer and lo is not None and hi is not None:
         return node
