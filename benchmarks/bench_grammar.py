@@ -387,6 +387,9 @@ def main():
             f"{s['compile_ms_p95']} | {s['mask_us_p50']} / {s['mask_us_p95']} / "
             f"{s['mask_us_p99']} |"
         )
+    ratios = _ratios(results)
+    for key, r in ratios.items():
+        print(f"{key}: " + ", ".join(f"{k} x{v}" for k, v in r.items()))
     print(
         json.dumps(
             {
@@ -394,9 +397,31 @@ def main():
                 "files": len(files),
                 "interleaved": args.interleave,
                 "results": results,
+                "ratios": ratios,
             }
         )
     )
+
+
+_RATIO_FIELDS = ("compile_ms_p50", "compile_ms_p95", "mask_us_p50", "mask_us_p99")
+
+
+def _ratios(results: dict) -> dict:
+    """Each radixgen engine's timings over the same tokenizer's other engines' in this run
+    (the machines are noisy: a ratio holds where an absolute figure drifts)."""
+    out = {}
+    for key, ours in results.items():
+        engine, tname = key.split("/")
+        if not engine.startswith("radixgen"):
+            continue
+        for other_key, theirs in results.items():
+            other, other_t = other_key.split("/")
+            if other_t != tname or other.startswith("radixgen"):
+                continue
+            out[f"{engine}/{other}/{tname}"] = {
+                f: round(ours[f] / theirs[f], 2) for f in _RATIO_FIELDS if theirs[f]
+            }
+    return out
 
 
 if __name__ == "__main__":

@@ -157,6 +157,7 @@ class GrammarCompiler:
                     max_number_digits=max_number_digits,
                     property_order=property_order,
                     checks=checks,
+                    text=text,
                 )
                 return rules, root, *(checks or ())
 

@@ -80,19 +80,22 @@ def schema_to_rules(
     max_number_digits: int | None = None,
     property_order: str = "schema",
     checks: list | None = None,
+    text: str | None = None,
 ) -> tuple[dict, str]:
     """(rules, root) of the documents `schema` accepts; with any_whitespace, each run of
     whitespace between tokens holds at most `max_whitespace_cnt` characters (None: any); each
     run of digits in a number not bounded by the schema holds at most `max_number_digits`;
     property_order "any" lets an object's properties come in any order (see object_node).
     With a list as `checks`, uniqueItems over free strings is left to the matcher: the
-    json_schema.unique.UniquePlan it needs is appended there (when there is one)."""
+    json_schema.unique.UniquePlan it needs is appended there (when there is one). `text`, the
+    schema as compact JSON (separators "," and ":") when the caller has it, spares walks of the
+    schema for keywords that are not written there."""
     if property_order not in ("schema", "any"):
         raise GrammarError(f"property_order must be 'schema' or 'any', not {property_order!r}")
     try:
-        schema = in_draft(schema, draft_level(schema))
+        schema = in_draft(schema, draft_level(schema), text)
         builder = _Builder(
-            schema, any_whitespace, separators, strict, max_whitespace_cnt, max_number_digits
+            schema, any_whitespace, separators, strict, max_whitespace_cnt, max_number_digits, text
         )
         builder.property_order = property_order
         if checks is not None:
@@ -129,8 +132,10 @@ class _Builder(_ContainerNodes):
         strict: bool,
         max_ws: int | None = None,
         max_digits: int | None = None,
+        text: str | None = None,
     ):
         self.root_schema = root
+        self.text = text  # the root's compact JSON, when known (schema_to_rules)
         self.options = (any_whitespace, separators, strict, max_ws, max_digits)
         self.strict = strict
         self.max_digits = max_digits  # longest digit run of an unbounded number (None: any)
@@ -150,7 +155,9 @@ class _Builder(_ContainerNodes):
         )
         if "draft-04" in draft or "draft-03" in draft:
             self.draft = "draft-04"  # where 2.0 is no integer
-        check_ref_scopes(root, "id" if self.draft == "draft-04" else "$id")
+        id_key = "id" if self.draft == "draft-04" else "$id"
+        if text is None or (f'"{id_key}":"' in text and '"$ref":"#' in text):  # else no scope
+            check_ref_scopes(root, id_key)
         self.rules: dict[str, tuple] = {}
         self.property_order = "schema"  # or "any"
         self.any_order_objects: set[int] = set()  # ids of object schemas taken in any order
@@ -418,7 +425,7 @@ class _Builder(_ContainerNodes):
         admit every text their branch matches: built again, by a builder of their own, with
         properties in any order and digits unbounded; GrammarError where one still restricts."""
         any_ws, separators, strict, max_ws, _ = self.options
-        exact = _Builder(self.root_schema, any_ws, separators, strict, max_ws, None)
+        exact = _Builder(self.root_schema, any_ws, separators, strict, max_ws, None, self.text)
         exact.property_order = "any"
         nodes = [exact.value(s, f"{path}/oneOf") for s in schemas]
         if exact.inexact:

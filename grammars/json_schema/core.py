@@ -149,27 +149,40 @@ def check_depth(schema, limit: int, max_bytes: int | None = None) -> None:
     """GrammarError when objects and arrays nest deeper than `limit` in a decoded schema, or
     when there are too many of them for `max_bytes` of JSON text (objects shared between
     places would otherwise make json.dumps write them over and over); a walk without recursion,
-    so it is safe before json.dumps or the builder recurse."""
-    todo = [(schema, 1)]
-    popped = 0
-    while todo:
-        popped += 1
-        if not popped & 4095:
-            checkpoint()
-            if max_bytes is not None and 2 * popped > max_bytes:  # "{}" at the least
-                raise GrammarError(f"the schema is longer than the limit of {max_bytes} bytes")
-            if popped > MAX_CONTAINERS:  # without a byte limit: no endless walk either
-                raise GrammarError(
-                    f"the schema holds more than {MAX_CONTAINERS} objects and arrays (a "
-                    "subobject shared between places counts at each)"
-                )
-        value, depth = todo.pop()
+    one level of nesting at a time, so it is safe before json.dumps or the builder recurse."""
+    level = [schema] if isinstance(schema, (dict, list)) else []
+    kinds = (dict, list)
+    depth = seen = 0
+    while level:
+        depth += 1
         if depth > limit:
             raise GrammarError(f"schema nested more than {limit} levels deep")
-        if isinstance(value, dict):
-            todo.extend((v, depth + 1) for v in value.values() if isinstance(v, (dict, list)))
-        elif isinstance(value, list):
-            todo.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+        seen += len(level)
+        if seen > _COUNTED_AT:
+            _check_count(seen, max_bytes)
+        below: list = []
+        add = below.append
+        for value in level:
+            for v in value.values() if isinstance(value, dict) else value:
+                if isinstance(v, kinds):
+                    add(v)
+            if len(below) > _COUNTED_AT:  # (a level of shared subobjects can double each time)
+                _check_count(seen + len(below), max_bytes)
+        level = below
+
+
+_COUNTED_AT = 4095  # containers in a level before the counts are checked at each one
+
+
+def _check_count(containers: int, max_bytes: int | None) -> None:
+    checkpoint()
+    if max_bytes is not None and 2 * containers > max_bytes:  # "{}" at the least
+        raise GrammarError(f"the schema is longer than the limit of {max_bytes} bytes")
+    if containers > MAX_CONTAINERS:  # without a byte limit: no endless walk either
+        raise GrammarError(
+            f"the schema holds more than {MAX_CONTAINERS} objects and arrays (a "
+            "subobject shared between places counts at each)"
+        )
 
 
 def check_text_depth(text: str, limit: int) -> None:

@@ -289,12 +289,13 @@ def draft_level(schema) -> int:
     return 2019 if "2019-09" in declared else 2020
 
 
-def in_draft(schema, level: int):
+def in_draft(schema, level: int, text: str | None = None):
     """`schema` without the assertion keywords its draft does not define (draft 4 reads no
     `const`, draft 7 no `minContains`, ...), at every place that holds a subschema; the same
-    object where there is nothing to drop."""
+    object where there is nothing to drop. `text`, the schema's compact JSON when the caller
+    has it, spares the walk when no such keyword is written there as a key."""
     unknown = frozenset().union(*(k for lv, k in _NEWER_KEYWORDS.items() if lv > level))
-    if not unknown:
+    if not unknown or (text is not None and not any(f'"{k}":' in text for k in unknown)):
         return schema
     return _without(schema, unknown, 0)
 
