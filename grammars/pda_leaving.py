@@ -3,8 +3,8 @@
 A mask's walk of a frame (lazydfa_walk.walk) ends with candidates: tokens that died after
 passing a state where a pop or a push could have saved them. Each is read again, from the
 stack below alone where it only leaves by a pop (pda.check_pops), from the whole stack
-otherwise (pda.check_rows). The steps of that check were seven compiled calls with Python
-between them (~30 µs of a new mask's ~270, Llama-3): here they are one.
+otherwise (pda.check_rows). The steps of that check were seven or eight compiled calls with
+Python between them (~30 µs of a new mask's ~270, Llama-3): here they are one.
 """
 
 from __future__ import annotations

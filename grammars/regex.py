@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import warnings
 from re import _constants as C  # noqa: N812
 from re import _parser
@@ -338,15 +339,24 @@ class _Converter:
         raise GrammarError(f"pattern: unsupported regex construct {op}")
 
 
+# what re's parser warns about (a set inside a class, or a class's doubled set operator): a
+# pattern with none of these parses without touching the warning filters
+_MAY_WARN = ("[[", "--", "&&", "~~", "||")
+_QUIET = threading.Lock()
+
+
 def _parse(pattern: str, flags: int = 0):
     if pattern.count("(") > MAX_GROUP_DEPTH and group_depth(pattern) > MAX_GROUP_DEPTH:
         raise GrammarError(f"pattern: groups nested more than {MAX_GROUP_DEPTH} deep")
     try:
-        # the parser is Python code without checkpoints; its FutureWarnings ("Possible set
-        # difference", for "[[" or "--" in a class) say how a future Python may read the class,
-        # not how it is read here
-        with watching_calls(), warnings.catch_warnings(action="ignore", category=FutureWarning):
-            return _parser.parse(pattern, flags)
+        with watching_calls():  # the parser is Python code without checkpoints
+            if not any(pair in pattern for pair in _MAY_WARN):
+                return _parser.parse(pattern, flags)
+            # its FutureWarnings ("Possible set difference", for "[[" or "--" in a class) say
+            # how a future Python may read the class, not how it is read here; catch_warnings
+            # swaps the process's filters and puts them back, so one thread at a time
+            with _QUIET, warnings.catch_warnings(action="ignore", category=FutureWarning):
+                return _parser.parse(pattern, flags)
     except (re.error, OverflowError, RecursionError) as exc:
         raise GrammarError(
             f"pattern: invalid regular expression {_shorten(pattern)}: {exc}"

@@ -91,3 +91,42 @@ def test_classes_python_may_read_otherwise_one_day_compile_without_warnings():
         for text in ("[", "x[x", "%", "+,-", "]", "a", "x]", "&'"):
             want = bool(reference.fullmatch(text))
             assert dfa.accepts(text.encode()) == want, (pattern, text)
+
+
+def test_patterns_parsed_in_threads_leave_the_warning_filters_as_they_were():
+    """The classes re's parser warns about are parsed with its FutureWarnings off; threads
+    doing so at once must not leave the process's filters changed (each put back what it
+    saw), nor pass a warning on."""
+    import sys
+    import threading
+    import warnings
+
+    from grammars.regex import _parse
+
+    before = list(warnings.filters)
+    errors = []
+
+    def parse(k):
+        try:
+            for i in range(200):
+                _parse(f"[[x{k}]{{{i}}}" if i % 2 else f"[%--{k}]+a{i}")
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside the parses
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            inside = list(warnings.filters)
+            threads = [threading.Thread(target=parse, args=(k,)) for k in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert list(warnings.filters) == inside
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)]
+    assert list(warnings.filters) == before
