@@ -408,7 +408,8 @@ _RATIO_FIELDS = ("compile_ms_p50", "compile_ms_p95", "mask_us_p50", "mask_us_p99
 
 def _ratios(results: dict) -> dict:
     """Each radixgen engine's timings over the same tokenizer's other engines' in this run
-    (the machines are noisy: a ratio holds where an absolute figure drifts)."""
+    (the machines are noisy: a ratio holds where an absolute figure drifts). Each engine's
+    figures are over the files it compiled, which differ a little between engines."""
     out = {}
     for key, ours in results.items():
         engine, tname = key.split("/")

@@ -339,9 +339,9 @@ class _Converter:
         raise GrammarError(f"pattern: unsupported regex construct {op}")
 
 
-# what re's parser warns about (a set inside a class, or a class's doubled set operator): a
-# pattern with none of these parses without touching the warning filters
-_MAY_WARN = ("[[", "--", "&&", "~~", "||")
+# what re's parser warns about (a set inside a class, a class's doubled set operator, the
+# group a condition names): a pattern with none of these parses without touching the filters
+_MAY_WARN = ("[[", "--", "&&", "~~", "||", "(?(")
 _QUIET = threading.Lock()
 
 
@@ -353,10 +353,17 @@ def _parse(pattern: str, flags: int = 0):
             if not any(pair in pattern for pair in _MAY_WARN):
                 return _parser.parse(pattern, flags)
             # its FutureWarnings ("Possible set difference", for "[[" or "--" in a class) say
-            # how a future Python may read the class, not how it is read here; catch_warnings
-            # swaps the process's filters and puts them back, so one thread at a time
-            with _QUIET, warnings.catch_warnings(action="ignore", category=FutureWarning):
-                return _parser.parse(pattern, flags)
+            # how a future Python may read the class, not how it is read here, and its
+            # DeprecationWarnings (a condition's group named by "+1") come before the error the
+            # form gets here; catch_warnings swaps the process's filters and puts them back,
+            # so one thread at a time
+            while not _QUIET.acquire(timeout=0.05):
+                checkpoint()
+            try:
+                with warnings.catch_warnings(action="ignore", category=Warning):
+                    return _parser.parse(pattern, flags)
+            finally:
+                _QUIET.release()
     except (re.error, OverflowError, RecursionError) as exc:
         raise GrammarError(
             f"pattern: invalid regular expression {_shorten(pattern)}: {exc}"

@@ -147,41 +147,60 @@ MAX_CONTAINERS = 1 << 20
 
 def check_depth(schema, limit: int, max_bytes: int | None = None) -> None:
     """GrammarError when objects and arrays nest deeper than `limit` in a decoded schema, or
-    when there are too many of them for `max_bytes` of JSON text (objects shared between
-    places would otherwise make json.dumps write them over and over); a walk without recursion,
-    one level of nesting at a time, so it is safe before json.dumps or the builder recurse."""
+    when there are too many of them or of the values they hold for `max_bytes` of JSON text
+    (objects shared between places would otherwise make json.dumps write them over and over);
+    a walk without recursion, one level of nesting at a time, so it is safe before json.dumps
+    or the builder recurse."""
     level = [schema] if isinstance(schema, (dict, list)) else []
     kinds = (dict, list)
-    depth = seen = 0
+    depth = seen = values = 0
     while level:
         depth += 1
         if depth > limit:
             raise GrammarError(f"schema nested more than {limit} levels deep")
         seen += len(level)
-        if seen > _COUNTED_AT:
-            _check_count(seen, max_bytes)
+        width = sum(map(len, level))  # the values this level's containers hold
+        values += width
+        if seen > _COUNTED_AT or values > _COUNTED_AT:
+            _check_count(seen, values, max_bytes)
         below: list = []
         add = below.append
-        for value in level:
-            for v in value.values() if isinstance(value, dict) else value:
-                if isinstance(v, kinds):
-                    add(v)
-            if len(below) > _COUNTED_AT:  # (a level of shared subobjects can double each time)
-                _check_count(seen + len(below), max_bytes)
+        if width <= _COUNTED_AT:
+            for value in level:
+                for v in value.values() if isinstance(value, dict) else value:
+                    if isinstance(v, kinds):
+                        add(v)
+        else:  # a wide level: checked as it goes (it may hold shared subobjects, or long lists)
+            read = 0
+            for value in level:
+                for v in value.values() if isinstance(value, dict) else value:
+                    if isinstance(v, kinds):
+                        add(v)
+                read += len(value)
+                if read > _COUNTED_AT:
+                    _check_count(seen + len(below), values, max_bytes)
+                    read = 0
         level = below
 
 
-_COUNTED_AT = 4095  # containers in a level before the counts are checked at each one
+_COUNTED_AT = 4095  # containers or values read between two checks of the counts
+MAX_VALUES = 1 << 24  # values in objects and arrays (a value shared between places: at each)
 
 
-def _check_count(containers: int, max_bytes: int | None) -> None:
+def _check_count(containers: int, values: int, max_bytes: int | None) -> None:
     checkpoint()
-    if max_bytes is not None and 2 * containers > max_bytes:  # "{}" at the least
+    if max_bytes is not None and max(2 * containers, values) > max_bytes:
+        # "{}" at the least for each container, a byte for each value it holds
         raise GrammarError(f"the schema is longer than the limit of {max_bytes} bytes")
     if containers > MAX_CONTAINERS:  # without a byte limit: no endless walk either
         raise GrammarError(
             f"the schema holds more than {MAX_CONTAINERS} objects and arrays (a "
             "subobject shared between places counts at each)"
+        )
+    if values > MAX_VALUES:
+        raise GrammarError(
+            f"the schema holds more than {MAX_VALUES} values in objects and arrays (a value "
+            "shared between places counts at each)"
         )
 
 

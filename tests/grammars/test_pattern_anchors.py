@@ -130,3 +130,15 @@ def test_patterns_parsed_in_threads_leave_the_warning_filters_as_they_were():
     assert not errors
     assert not [w for w in caught if issubclass(w.category, FutureWarning)]
     assert list(warnings.filters) == before
+
+
+def test_a_condition_naming_a_group_by_sign_is_an_error_under_strict_warnings():
+    """re's parser warns (DeprecationWarning) before it refuses "(?(+1)...)": with warnings
+    made errors, the caller still gets a GrammarError, not the warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for pattern in ("(?(+1)b|c)", "(?(\u0661)b|c)"):
+            with pytest.raises(GrammarError, match="invalid regular expression"):
+                regex_to_node(pattern)

@@ -4,12 +4,15 @@ for $ref inside subschemas with an $id of their own. With the text or without it
 compiles to the same rules and fails the same way."""
 
 import json
+import threading
 
 import pytest
 
 from grammars import GrammarError
+from grammars.budget import CompileBudget, running
+from grammars.errors import GrammarCancelled
 from grammars.json_schema import check_depth, schema_to_rules
-from grammars.json_schema.core import MAX_CONTAINERS
+from grammars.json_schema.core import MAX_CONTAINERS, MAX_VALUES
 
 DRAFT4 = "http://json-schema.org/draft-04/schema#"
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
@@ -31,8 +34,10 @@ SCHEMAS = [
     {"$schema": DRAFT4, "type": "object", "properties": {"a": {"type": "integer", "const": 3}}},
     {"$schema": DRAFT7, "properties": {"a": {"dependentRequired": {"b": ["c"]}}}},
     {"$schema": DRAFT4, "properties": {"if": {"type": "string"}, "const": {"enum": ["const"]}}},
-    # the keyword only as a value (a property's name in "required", an enum member): kept
-    {"$schema": DRAFT4, "required": ["const"], "enum": [{"const": 1}]},
+    # the keyword only as a value (a property's name in "required"): the walk is skipped
+    {"$schema": DRAFT4, "type": "object", "required": ["const"]},
+    # and as a key inside a value (an enum member): walked, and kept
+    {"$schema": DRAFT4, "enum": [{"const": 1}, 2]},
     # a local $ref inside a subschema with its own id (draft 4 spells it "id"): refused
     {
         "$schema": DRAFT4,
@@ -62,7 +67,7 @@ def test_a_newer_keyword_is_still_dropped_with_the_text(compiler, checker):
 
 
 def test_a_scoped_ref_is_still_refused_with_the_text(compiler):
-    for schema in SCHEMAS[4:6]:
+    for schema in SCHEMAS[5:7]:
         with pytest.raises(GrammarError, match="its own"):
             compiler.compile_json_schema(schema)
         with pytest.raises(GrammarError, match="its own"):
@@ -98,3 +103,26 @@ def test_shared_subobjects_are_counted_where_they_are_used():
         shared = {"anyOf": [shared, shared]}
     with pytest.raises(GrammarError, match=f"more than {MAX_CONTAINERS} objects and arrays"):
         check_depth(shared, 256)
+
+
+def test_values_shared_between_places_are_counted_at_each():
+    """A long list of scalars used in many places: no container to count, yet json.dumps and
+    the builder would read it at each place."""
+    values = [0] * 200_000
+    schema = {"anyOf": [{"enum": values}] * 100}  # 20 million values
+    with pytest.raises(GrammarError, match=f"more than {MAX_VALUES} values"):
+        check_depth(schema, 8)
+    with pytest.raises(GrammarError, match="longer than the limit of 100000 bytes"):
+        check_depth({"enum": values}, 8, 100_000)
+    check_depth({"enum": values}, 8, 400_000)
+
+
+def test_a_wide_level_checks_the_budget():
+    cancel = threading.Event()
+    cancel.set()
+    with running(CompileBudget(cancel=cancel)):
+        check_depth({"enum": [0] * 100}, 8)  # narrow: no check needed
+        with pytest.raises(GrammarCancelled):
+            check_depth({"enum": [0] * 10_000}, 8)
+        with pytest.raises(GrammarCancelled):
+            check_depth([{"a": 1}] * 3_000, 8)
