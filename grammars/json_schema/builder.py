@@ -95,8 +95,11 @@ def schema_to_rules(
     try:
         schema = in_draft(schema, draft_level(schema), text)
         builder = _Builder(
-            schema, any_whitespace, separators, strict, max_whitespace_cnt, max_number_digits, text
+            schema, any_whitespace, separators, strict, max_whitespace_cnt, max_number_digits
         )
+        id_key = "id" if builder.draft == "draft-04" else "$id"
+        if text is None or (f'"{id_key}":"' in text and '"$ref":"#' in text):  # else no scope
+            check_ref_scopes(schema, id_key)
         builder.property_order = property_order
         if checks is not None:
             plan = UniquePlan(builder.root_schema, builder.ref_siblings_apply, property_order)
@@ -132,10 +135,8 @@ class _Builder(_ContainerNodes):
         strict: bool,
         max_ws: int | None = None,
         max_digits: int | None = None,
-        text: str | None = None,
     ):
         self.root_schema = root
-        self.text = text  # the root's compact JSON, when known (schema_to_rules)
         self.options = (any_whitespace, separators, strict, max_ws, max_digits)
         self.strict = strict
         self.max_digits = max_digits  # longest digit run of an unbounded number (None: any)
@@ -155,9 +156,6 @@ class _Builder(_ContainerNodes):
         )
         if "draft-04" in draft or "draft-03" in draft:
             self.draft = "draft-04"  # where 2.0 is no integer
-        id_key = "id" if self.draft == "draft-04" else "$id"
-        if text is None or (f'"{id_key}":"' in text and '"$ref":"#' in text):  # else no scope
-            check_ref_scopes(root, id_key)
         self.rules: dict[str, tuple] = {}
         self.property_order = "schema"  # or "any"
         self.any_order_objects: set[int] = set()  # ids of object schemas taken in any order
@@ -425,7 +423,7 @@ class _Builder(_ContainerNodes):
         admit every text their branch matches: built again, by a builder of their own, with
         properties in any order and digits unbounded; GrammarError where one still restricts."""
         any_ws, separators, strict, max_ws, _ = self.options
-        exact = _Builder(self.root_schema, any_ws, separators, strict, max_ws, None, self.text)
+        exact = _Builder(self.root_schema, any_ws, separators, strict, max_ws, None)
         exact.property_order = "any"
         nodes = [exact.value(s, f"{path}/oneOf") for s in schemas]
         if exact.inexact:

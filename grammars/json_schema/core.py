@@ -165,17 +165,13 @@ def check_depth(schema, limit: int, max_bytes: int | None = None) -> None:
             _check_count(seen, values, max_bytes)
         below: list = []
         add = below.append
-        if width <= _COUNTED_AT:
-            for value in level:
-                for v in value.values() if isinstance(value, dict) else value:
-                    if isinstance(v, kinds):
-                        add(v)
-        else:  # a wide level: checked as it goes (it may hold shared subobjects, or long lists)
-            read = 0
-            for value in level:
-                for v in value.values() if isinstance(value, dict) else value:
-                    if isinstance(v, kinds):
-                        add(v)
+        wide = width > _COUNTED_AT  # checked as it is read (shared subobjects, long lists)
+        read = 0
+        for value in level:
+            for v in value.values() if isinstance(value, dict) else value:
+                if isinstance(v, kinds):
+                    add(v)
+            if wide:
                 read += len(value)
                 if read > _COUNTED_AT:
                     _check_count(seen + len(below), values, max_bytes)
