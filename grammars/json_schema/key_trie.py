@@ -60,7 +60,7 @@ def key_moves(data, ends, parts, n, quote, close):
     strings._KeyParts.arrays (three tuples)."""
     (base_src, base_ids, base_tgt, byte_id, one_ids, one_tgt, one_len) = parts[0]
     (leaf_ids, leaf_tgt, nar_lo, nar_hi, nar_tgt, shared_ids, shared_tgt) = parts[1]
-    known_lo, known_hi, packed = parts[2]
+    known_lo, known_hi, packed, table_keys, table_vals = parts[2]
     nodes, first, sibling, byte, kids, end = _trie(data, ends)
     total = base_ids.shape[0] + nodes * shared_ids.shape[0] + 1
     for t in range(nodes):
@@ -131,7 +131,8 @@ def key_moves(data, ends, parts, n, quote, close):
     moves[0] = src[:k]
     moves[1] = ids[:k]
     moves[2] = tgt[:k]
-    kept = _numbered(moves[1], pend_lo[:pending], pend_hi[:pending], known_lo, known_hi)
+    known = (known_lo.shape[0], table_keys, table_vals)
+    kept = _numbered(moves[1], pend_lo[:pending], pend_hi[:pending], known)
     rows = np.zeros((kept.shape[0], 32), np.uint8)
     for u in range(kept.shape[0]):
         i = kept[u]
@@ -146,34 +147,48 @@ def key_moves(data, ends, parts, n, quote, close):
 
 
 @njit(cache=True, nogil=True)
-def _numbered(ids, pend_lo, pend_hi, known_lo, known_hi):
+def known_table(known_lo, known_hi):
+    """The hash table of the known masks (by their two words: their number), for _numbered;
+    made once (strings._KeyParts), as every call reads the same masks."""
+    size = 4
+    while size < 2 * known_lo.shape[0]:
+        size *= 2
+    keys = np.empty((size, 2), np.uint64)
+    vals = np.full(size, -1, np.int64)
+    for j in range(known_lo.shape[0]):
+        if known_lo[j] != 0 or known_hi[j] != 0:  # (0, 0): wider, never a pending mask
+            _number_of(keys, vals, known_lo[j], known_hi[j], j)
+    return keys, vals
+
+
+@njit(cache=True, nogil=True)
+def _numbered(ids, pend_lo, pend_hi, known):
     """Number the pending masks in place of their ids -1 - p (a known mask of the same bits,
     else the first pending one equal to it, whose number follows the known ones), then
     renumber the ids 0.. over the masks the moves use, in order of their numbers; returns those
-    masks' numbers (a pending mask's: the known count + its index in the pending ones)."""
-    known = known_lo.shape[0]
+    masks' numbers (a pending mask's: the known count + its index in the pending ones).
+    `known`: the known masks' count and known_table."""
+    count, known_keys, known_vals = known
     p = pend_lo.shape[0]
     size = 4
-    while size < 2 * (known + p):
+    while size < 2 * p:
         size *= 2
     keys = np.empty((size, 2), np.uint64)
-    vals = np.full(size, -1, np.int64)  # masks by their two words: their number
-    for j in range(known):
-        if known_lo[j] != 0 or known_hi[j] != 0:  # (0, 0): wider, never a pending mask
-            _number_of(keys, vals, known_lo[j], known_hi[j], j)
+    vals = np.full(size, -1, np.int64)  # the pending masks not known: their number
     number = np.empty(p, np.int64)
     for i in range(p):
-        number[i] = _number_of(keys, vals, pend_lo[i], pend_hi[i], known + i)
-    new = np.zeros(known + p, np.int64)  # 1 where used, then the new number
+        j = _find(known_keys, known_vals, pend_lo[i], pend_hi[i])
+        number[i] = j if j >= 0 else _number_of(keys, vals, pend_lo[i], pend_hi[i], count + i)
+    new = np.zeros(count + p, np.int64)  # 1 where used, then the new number
     for j in range(ids.shape[0]):
         i = ids[j]
         if i < 0:
             i = number[-1 - i]
             ids[j] = i
         new[i] = 1
-    kept = np.empty(known + p, np.int64)
+    kept = np.empty(count + p, np.int64)
     u = 0
-    for i in range(known + p):
+    for i in range(count + p):
         if new[i]:
             new[i] = u
             kept[u] = i
@@ -184,16 +199,29 @@ def _numbered(ids, pend_lo, pend_hi, known_lo, known_hi):
 
 
 @njit(cache=True, nogil=True)
-def _number_of(keys, vals, lo, hi, number):
-    """The number of mask (lo, hi) in the hash table (keys, vals), entered with `number` when
-    it is not there yet (open addressing; the table at most half full)."""
+def _slot(keys, vals, lo, hi):
+    """The slot of mask (lo, hi) in the hash table (keys, vals): where it is, else the empty
+    slot where it would go (open addressing; the table at most half full)."""
     mask = vals.shape[0] - 1
     h = lo * np.uint64(0x9E3779B97F4A7C15) ^ hi * np.uint64(0xC2B2AE3D27D4EB4F)
     s = np.int64((h ^ (h >> np.uint64(31))) & np.uint64(mask))
-    while vals[s] >= 0:
-        if keys[s, 0] == lo and keys[s, 1] == hi:
-            return vals[s]
+    while vals[s] >= 0 and not (keys[s, 0] == lo and keys[s, 1] == hi):
         s = (s + 1) & mask
-    keys[s, 0], keys[s, 1] = lo, hi
-    vals[s] = number
-    return number
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _find(keys, vals, lo, hi):
+    """The number of mask (lo, hi) in the hash table, -1 when it is not there."""
+    return vals[_slot(keys, vals, lo, hi)]
+
+
+@njit(cache=True, nogil=True)
+def _number_of(keys, vals, lo, hi, number):
+    """The number of mask (lo, hi) in the hash table, entered with `number` when it is not
+    there yet."""
+    s = _slot(keys, vals, lo, hi)
+    if vals[s] < 0:
+        keys[s, 0], keys[s, 1] = lo, hi
+        vals[s] = number
+    return vals[s]

@@ -22,7 +22,7 @@ from grammars.json_schema.counted import (
     counted_pattern,
     is_long,
 )
-from grammars.json_schema.key_trie import key_moves
+from grammars.json_schema.key_trie import key_moves, known_table
 from grammars.literal_set import node_words
 from grammars.regex import ANY_CHAR, json_chars, key_chars, regex_to_node
 
@@ -364,6 +364,8 @@ class _KeyParts:
             one_ids[b, : 1 + len(i)] = [byte[b], *i]
             one_tgt[b, : len(t)] = t
         low = (1 << 64) - 1
+        known_lo = np.array([m & low if m >> 128 == 0 else 0 for m in self.masks], np.uint64)
+        known_hi = np.array([m >> 64 if m >> 128 == 0 else 0 for m in self.masks], np.uint64)
         self.arrays = (
             (
                 *(np.asarray(x, np.int64) for x in (src, ids, tgt)),
@@ -382,9 +384,10 @@ class _KeyParts:
                 np.array([t for _, t in shared], np.int64),
             ),
             (  # the masks in two words (0, 0: wider, never a pending mask), and packed
-                np.array([m & low if m >> 128 == 0 else 0 for m in self.masks], np.uint64),
-                np.array([m >> 64 if m >> 128 == 0 else 0 for m in self.masks], np.uint64),
+                known_lo,
+                known_hi,
                 self.packed,
+                *known_table(known_lo, known_hi),  # their numbers by their two words
             ),
         )
 
