@@ -60,7 +60,8 @@ def key_moves(data, ends, parts, n, quote, close):
     strings._KeyParts.arrays (three tuples)."""
     (base_src, base_ids, base_tgt, byte_id, one_ids, one_tgt, one_len) = parts[0]
     (leaf_ids, leaf_tgt, nar_lo, nar_hi, nar_tgt, shared_ids, shared_tgt) = parts[1]
-    known_lo, known_hi, packed, table_keys, table_vals = parts[2]
+    packed, table_keys, table_vals = parts[2]
+    known = packed.shape[0]  # the known masks, numbered 0 .. known - 1
     nodes, first, sibling, byte, kids, end = _trie(data, ends)
     total = base_ids.shape[0] + nodes * shared_ids.shape[0] + 1
     for t in range(nodes):
@@ -131,15 +132,14 @@ def key_moves(data, ends, parts, n, quote, close):
     moves[0] = src[:k]
     moves[1] = ids[:k]
     moves[2] = tgt[:k]
-    known = (known_lo.shape[0], table_keys, table_vals)
-    kept = _numbered(moves[1], pend_lo[:pending], pend_hi[:pending], known)
+    kept = _numbered(moves[1], pend_lo[:pending], pend_hi[:pending], known, table_keys, table_vals)
     rows = np.zeros((kept.shape[0], 32), np.uint8)
     for u in range(kept.shape[0]):
         i = kept[u]
-        if i < known_lo.shape[0]:
+        if i < known:
             rows[u] = packed[i]
         else:  # a pending mask: its two words, little-endian
-            p = i - known_lo.shape[0]
+            p = i - known
             for b in range(8):
                 rows[u, b] = (pend_lo[p] >> np.uint64(8 * b)) & np.uint64(255)
                 rows[u, 8 + b] = (pend_hi[p] >> np.uint64(8 * b)) & np.uint64(255)
@@ -162,13 +162,12 @@ def known_table(known_lo, known_hi):
 
 
 @njit(cache=True, nogil=True)
-def _numbered(ids, pend_lo, pend_hi, known):
+def _numbered(ids, pend_lo, pend_hi, count, known_keys, known_vals):
     """Number the pending masks in place of their ids -1 - p (a known mask of the same bits,
     else the first pending one equal to it, whose number follows the known ones), then
     renumber the ids 0.. over the masks the moves use, in order of their numbers; returns those
     masks' numbers (a pending mask's: the known count + its index in the pending ones).
-    `known`: the known masks' count and known_table."""
-    count, known_keys, known_vals = known
+    `count`: the known masks' count, `known_keys` and `known_vals` their known_table."""
     p = pend_lo.shape[0]
     size = 4
     while size < 2 * p:

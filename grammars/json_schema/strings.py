@@ -363,7 +363,7 @@ class _KeyParts:
         for b, (i, t) in enumerate(one):
             one_ids[b, : 1 + len(i)] = [byte[b], *i]
             one_tgt[b, : len(t)] = t
-        low = (1 << 64) - 1
+        low = (1 << 64) - 1  # the masks in two words (0, 0: wider, never a pending mask)
         known_lo = np.array([m & low if m >> 128 == 0 else 0 for m in self.masks], np.uint64)
         known_hi = np.array([m >> 64 if m >> 128 == 0 else 0 for m in self.masks], np.uint64)
         self.arrays = (
@@ -383,11 +383,9 @@ class _KeyParts:
                 np.array([i for i, _ in shared], np.int64),
                 np.array([t for _, t in shared], np.int64),
             ),
-            (  # the masks in two words (0, 0: wider, never a pending mask), and packed
-                known_lo,
-                known_hi,
+            (  # the masks packed, and their numbers by their two words (known_table)
                 self.packed,
-                *known_table(known_lo, known_hi),  # their numbers by their two words
+                *known_table(known_lo, known_hi),
             ),
         )
 
