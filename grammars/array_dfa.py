@@ -57,10 +57,17 @@ class ArrayDFA(EagerDFA):
         self._moves = (src, mask_ids, tgt, masks, np.flatnonzero(accept).astype(np.int64))
 
     @classmethod
-    def from_table(cls, table: np.ndarray, packed: np.ndarray, accept: np.ndarray, start: int):
+    def from_table(
+        cls, table: np.ndarray, packed: np.ndarray, accept: list, accepting: np.ndarray, start: int
+    ):
         """The DFA of a (3, k) move table (sources, mask ids, targets; kept as its
-        move_table) whose masks are given as packed rows only (made into a list on need)."""
-        dfa = cls(*table, None, accept, start, packed)
+        move_table) whose masks are given as packed rows only (made into a list on need);
+        `accepting`: the states `accept` (a list of flags) holds, as an int64 array."""
+        dfa = cls.__new__(cls)
+        dfa._mask_bytes = packed
+        dfa.accept = accept
+        dfa.start = start
+        dfa._moves = (table[0], table[1], table[2], None, accepting)
         dfa._move_table = table
         return dfa
 

@@ -16,10 +16,10 @@ from grammars.lazydfa import njit
 
 
 @njit(cache=True, nogil=True)
-def _trie(data, ends):
-    """The trie of the names (data: their bytes one after another, ends: where each ends):
-    (nodes, each node's first child, next sibling, byte, child count and end flag), children
-    in the order their bytes first occur, as a dict keeps them."""
+def _trie(data, count):
+    """The trie of `count` names (data: their bytes, each but the last followed by a quote,
+    which no name holds): (nodes, each node's first child, next sibling, byte, child count and
+    end flag), children in the order their bytes first occur, as a dict keeps them."""
     size = data.shape[0] + 1
     first = np.full(size, -1, np.int64)
     last = np.full(size, -1, np.int64)
@@ -27,34 +27,36 @@ def _trie(data, ends):
     byte = np.zeros(size, np.int64)
     kids = np.zeros(size, np.int64)
     end = np.zeros(size, np.bool_)
-    nodes, pos = 1, 0
-    for stop in ends:
-        t = 0
-        while pos < stop:
-            b = data[pos]
-            pos += 1
-            c = first[t]
-            while c >= 0 and byte[c] != b:
-                c = sibling[c]
-            if c < 0:
-                c = nodes
-                nodes += 1
-                byte[c] = b
-                if first[t] < 0:
-                    first[t] = c
-                else:
-                    sibling[last[t]] = c
-                last[t] = c
-                kids[t] += 1
-            t = c
+    nodes, t = 1, 0
+    for b in data:
+        if b == 0x22:  # a name ends
+            end[t] = True
+            t = 0
+            continue
+        c = first[t]
+        while c >= 0 and byte[c] != b:
+            c = sibling[c]
+        if c < 0:
+            c = nodes
+            nodes += 1
+            byte[c] = b
+            if first[t] < 0:
+                first[t] = c
+            else:
+                sibling[last[t]] = c
+            last[t] = c
+            kids[t] += 1
+        t = c
+    if count:
         end[t] = True
     return nodes, first, sibling, byte, kids, end
 
 
 @njit(cache=True, nogil=True)
-def key_moves(data, ends, parts, n, quote, close):
+def key_moves(data, count, parts, n, quote, close):
     """(moves, packed masks) of the DFA: its moves as one (3, k) array (sources, mask ids,
-    targets) and the masks they use as packed_masks rows, numbered in that order. Moves:
+    targets) and the masks they use as packed_masks rows, numbered in that order, for the
+    `count` names of `data` (as _trie reads them). Moves:
     key_node()'s, then each trie node's (state n + node) in node order, then the moves every
     node shares, then the start's quote into the root (state n + nodes, the last). `parts`:
     strings._KeyParts.arrays (three tuples)."""
@@ -62,7 +64,7 @@ def key_moves(data, ends, parts, n, quote, close):
     (leaf_ids, leaf_tgt, nar_lo, nar_hi, nar_tgt, shared_ids, shared_tgt) = parts[1]
     packed, table_keys, table_vals = parts[2]
     known = packed.shape[0]  # the known masks, numbered 0 .. known - 1
-    nodes, first, sibling, byte, kids, end = _trie(data, ends)
+    nodes, first, sibling, byte, kids, end = _trie(data, count)
     total = base_ids.shape[0] + nodes * shared_ids.shape[0] + 1
     for t in range(nodes):
         if kids[t] == 1:

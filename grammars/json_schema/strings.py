@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import re
 
@@ -202,6 +201,7 @@ def char_spellings(label: int) -> list[tuple[int, ...]]:
 
 
 _PLAIN_TEXT = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]*")
+_PLAIN_KEYS = re.compile(r"[\x20-\x5b\x5d-\x7e]*")  # plain names joined by quotes
 
 
 def _plain(c: int) -> bool:
@@ -343,7 +343,8 @@ class _KeyParts:
         src, ids, tgt, masks, _ = compact(base).moves()
         self.masks = list(masks)
         self.index = {m: i for i, m in enumerate(self.masks)}
-        self.accept = base.accept
+        self.accept = list(base.accept)
+        self.accepting = np.flatnonzero(self.accept).astype(np.int64)  # every DFA's, as its own
         quote = 1 << 0x22
         printable = byte_set((0x20, 0x7E))
         moves = base.trans[inside]
@@ -389,12 +390,6 @@ class _KeyParts:
             ),
         )
 
-    def accepting(self, start: int) -> np.ndarray:
-        """The accepting states of a DFA whose start is `start` (key_node()'s)."""
-        accept = np.zeros(start + 1, np.bool_)
-        accept[: len(self.accept)] = self.accept
-        return accept
-
     def number(self, m: int) -> int:
         i = self.index.get(m)
         if i is None:
@@ -420,16 +415,23 @@ def key_except(names: tuple[str, ...]):
     name is printable ASCII (each of whose characters key_node() reads as one byte that leads
     back inside the key). States: key_node()'s, then one per trie node (root first), then the
     start, which reads the opening quote into the root."""
-    if not all(_PLAIN_TEXT.fullmatch(n) for n in names):
+    text = '"'.join(names)  # the quote, which no plain name holds, between the names
+    if not _PLAIN_KEYS.fullmatch(text) or text.count('"') != max(len(names) - 1, 0):
         return None
     parts = _key_parts()
-    data = np.frombuffer("".join(names).encode("ascii"), np.uint8)
-    ends = np.fromiter(itertools.accumulate(map(len, names)), np.int64, len(names))
+    n = len(parts.accept)
     moves, packed = fastcall.call(
-        key_moves, data, ends, parts.arrays, len(parts.accept), parts.quote, parts.close
+        key_moves,
+        np.frombuffer(text.encode("ascii"), np.uint8),
+        len(names),
+        parts.arrays,
+        n,
+        parts.quote,
+        parts.close,
     )
     start = int(moves[0, -1])  # the start state reads the opening quote, the last move
-    return ArrayDFA.from_table(moves, packed, parts.accepting(start), start)
+    accept = parts.accept + [False] * (start + 1 - n)  # only key_node()'s own states accept
+    return ArrayDFA.from_table(moves, packed, accept, parts.accepting, start)
 
 
 def string_node(schema: dict, path: str = "#", rules: dict | None = None) -> tuple:

@@ -185,6 +185,14 @@ def test_keys_except_names_refuse_exactly_the_names(names):
     assert not keys.accepts(b'"a')
 
 
+@pytest.mark.parametrize(
+    "names", [('a"b',), ("a", '"'), ('"', ""), ("a\\b",), ("é",), ("a", "\n"), ("tab\t",)]
+)
+def test_keys_except_names_not_plain_ascii_are_left_to_the_general_construction(names):
+    # (the quote joins the names for the trie's kernel: a name holding one must not split)
+    assert key_except(names) is None
+
+
 # printable ASCII but the quote and the backslash (what key_except takes); few letters make
 # names that share prefixes, so trie nodes with several children and their narrowed moves
 _NAME_CHARS = st.sampled_from("ab~ ") | st.characters(
