@@ -278,6 +278,35 @@ def test_compiled_grammars_are_cached_and_shared(compiler):
     assert m.accept_string('[1, {"a": null}]') and m.is_completed()
 
 
+def test_schema_texts_keep_apart_schemas_that_differ():
+    # the grammar cache's key: compact JSON, keys in their order, written by orjson or, for
+    # what orjson refuses or would write as null, by json.dumps
+    from grammars.compiler import schema_text
+
+    schema = {"type": "object", "properties": {"b": {"const": 1.5e300}, "a": {"enum": ["é"]}}}
+    assert schema_text(schema) == json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    distinct = [
+        {"const": None},
+        {"const": float("nan")},
+        {"const": float("inf")},
+        {"const": float("-inf")},
+        {"const": [None]},
+        {"const": [float("nan")]},
+        {"const": "null"},
+        {"const": 2**70},
+        {"const": 2**70 + 1},
+        {"const": "\ud800"},
+        {"const": "\ud801"},
+        {"b": 1, "a": 2},
+        {"a": 2, "b": 1},
+    ]
+    texts = [schema_text(s) for s in distinct]
+    assert len(set(texts)) == len(texts)
+    assert schema_text({1: "x"}) == '{"1":"x"}'  # as json.dumps writes it
+    with pytest.raises(GrammarError, match="cannot be written as JSON"):
+        schema_text({"const": 10**5000})
+
+
 def test_a_compiler_without_a_cache_compiles_each_time(compiler):
     from grammars import GrammarCompiler
 
