@@ -1,6 +1,8 @@
 """Matchers: masks agree with accept_token over the whole vocabulary, jump-forward strings,
 rollback, EOS and special tokens, regex / EBNF / choices, bitmask formats, caching."""
 
+import dataclasses
+import datetime
 import json
 import random
 import re
@@ -278,6 +280,12 @@ def test_compiled_grammars_are_cached_and_shared(compiler):
     assert m.accept_string('[1, {"a": null}]') and m.is_completed()
 
 
+@dataclasses.dataclass
+class _Point:
+    x: int
+    y: int
+
+
 def test_schema_texts_keep_apart_schemas_that_differ():
     # the grammar cache's key: compact JSON, keys in their order, written by orjson or, for
     # what orjson refuses or would write as null, by json.dumps
@@ -303,6 +311,10 @@ def test_schema_texts_keep_apart_schemas_that_differ():
     texts = [schema_text(s) for s in distinct]
     assert len(set(texts)) == len(texts)
     assert schema_text({1: "x"}) == '{"1":"x"}'  # as json.dumps writes it
+    # objects JSON has not: refused as json.dumps refuses them
+    for odd in (datetime.date(2020, 1, 1), _Point(1, 2), object()):
+        with pytest.raises(TypeError):
+            schema_text({"default": odd})
     with pytest.raises(GrammarError, match="cannot be written as JSON"):
         schema_text({"const": 10**5000})
 
