@@ -127,8 +127,8 @@ class GrammarCompiler:
                 except ValueError as exc:  # not JSON, or a number too long to read
                     raise GrammarError(f"schema is not valid JSON: {exc}") from None
             # before schema_text and the builder recurse
-            check_depth(schema, MAX_SCHEMA_DEPTH, budget.max_bytes if budget else None)
-            text = schema_text(schema)
+            plain = check_depth(schema, MAX_SCHEMA_DEPTH, budget.max_bytes if budget else None)
+            text = schema_text(schema, plain)
             _check_size(budget, text)
             checkpoint()
             key = (
@@ -279,20 +279,16 @@ def _machine(build) -> Machine:
             gc.enable()
 
 
-# dataclasses, dates and times raise (as json.dumps does) rather than being written
-_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-
-
-def schema_text(schema) -> str:
+def schema_text(schema, plain: bool = False) -> str:
     """A decoded schema as compact JSON text, keys in their order (properties come in schema
     order, so order is meaning): the grammar cache's key, which the builder also scans for
-    keywords. orjson writes it ~10x faster than json.dumps; json.dumps writes what orjson
-    refuses (integers beyond 64 bits, keys that are not strings, lone surrogates) and what it
-    would write as null (NaN and the infinities), so that no two schemas share a text. (A UUID
-    or an enum member, which JSON has not and json.dumps refuses, orjson writes as its value:
-    a schema holding one is keyed as if it held that value.)"""
+    keywords. A `plain` schema (json_schema.check_depth: JSON's values and containers only)
+    is written by orjson, ~10x faster than json.dumps, unless orjson refuses it (integers
+    beyond 64 bits, keys that are not strings, lone surrogates) or would write a bare null
+    (it writes NaN and the infinities so); json.dumps writes those and every other schema,
+    so that no two schemas share a text and objects JSON has not are refused as before."""
     try:
-        text = orjson.dumps(schema, option=_ORJSON_OPTIONS).decode()
+        text = orjson.dumps(schema).decode() if plain else None
     except TypeError:  # orjson.JSONEncodeError
         text = None
     if text is None or ":null" in text or ",null" in text or "[null" in text or text == "null":

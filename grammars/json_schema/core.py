@@ -145,14 +145,17 @@ def _has_rules(node) -> bool:
 MAX_CONTAINERS = 1 << 20
 
 
-def check_depth(schema, limit: int, max_bytes: int | None = None) -> None:
+def check_depth(schema, limit: int, max_bytes: int | None = None) -> bool:
     """GrammarError when objects and arrays nest deeper than `limit` in a decoded schema, or
     when there are too many of them or of the values they hold for `max_bytes` of JSON text
     (objects shared between places would otherwise make json.dumps write them over and over);
     a walk without recursion, one level of nesting at a time, so it is safe before json.dumps
-    or the builder recurse."""
-    level = [schema] if isinstance(schema, (dict, list)) else []
+    or the builder recurse. Returns whether the schema is plain JSON: every value a str, int,
+    float, bool or None (not a subclass) or a dict or list (compiler.schema_text then may
+    write it with orjson, which writes other objects, such as enum members, as values)."""
     kinds = (dict, list)
+    plain = type(schema) in _PLAIN or isinstance(schema, kinds)
+    level = [schema] if isinstance(schema, kinds) else []
     depth = seen = values = 0
     while level:
         depth += 1
@@ -169,16 +172,22 @@ def check_depth(schema, limit: int, max_bytes: int | None = None) -> None:
         read = 0
         for value in level:
             for v in value.values() if isinstance(value, dict) else value:
+                if type(v) in _PLAIN:
+                    continue
                 if isinstance(v, kinds):
                     add(v)
+                else:
+                    plain = False
             if wide:
                 read += len(value)
                 if read > _COUNTED_AT:
                     _check_count(seen + len(below), values, max_bytes)
                     read = 0
         level = below
+    return plain
 
 
+_PLAIN = frozenset((str, int, float, bool, type(None)))  # JSON's values but its containers
 _COUNTED_AT = 4095  # containers or values read between two checks of the counts
 MAX_VALUES = 1 << 24  # values in objects and arrays (a value shared between places: at each)
 

@@ -3,9 +3,11 @@ rollback, EOS and special tokens, regex / EBNF / choices, bitmask formats, cachi
 
 import dataclasses
 import datetime
+import enum
 import json
 import random
 import re
+import uuid
 
 import numpy as np
 import pytest
@@ -280,6 +282,14 @@ def test_compiled_grammars_are_cached_and_shared(compiler):
     assert m.accept_string('[1, {"a": null}]') and m.is_completed()
 
 
+class _Color(enum.Enum):
+    RED = "red"
+
+
+class _Kind(enum.Enum):
+    STRING = "string"
+
+
 @dataclasses.dataclass
 class _Point:
     x: int
@@ -287,12 +297,17 @@ class _Point:
 
 
 def test_schema_texts_keep_apart_schemas_that_differ():
-    # the grammar cache's key: compact JSON, keys in their order, written by orjson or, for
-    # what orjson refuses or would write as null, by json.dumps
+    # the grammar cache's key: compact JSON, keys in their order, written by orjson for plain
+    # JSON or by json.dumps, for what orjson refuses or would write as null and for anything
+    # but plain JSON
     from grammars.compiler import schema_text
+    from grammars.json_schema import check_depth
 
     schema = {"type": "object", "properties": {"b": {"const": 1.5e300}, "a": {"enum": ["é"]}}}
-    assert schema_text(schema) == json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    assert check_depth(schema, 8)
+    assert schema_text(schema, True) == json.dumps(
+        schema, ensure_ascii=False, separators=(",", ":")
+    )
     distinct = [
         {"const": None},
         {"const": float("nan")},
@@ -308,15 +323,29 @@ def test_schema_texts_keep_apart_schemas_that_differ():
         {"b": 1, "a": 2},
         {"a": 2, "b": 1},
     ]
-    texts = [schema_text(s) for s in distinct]
+    texts = [schema_text(s, check_depth(s, 8)) for s in distinct]
     assert len(set(texts)) == len(texts)
-    assert schema_text({1: "x"}) == '{"1":"x"}'  # as json.dumps writes it
-    # objects JSON has not: refused as json.dumps refuses them
-    for odd in (datetime.date(2020, 1, 1), _Point(1, 2), object()):
-        with pytest.raises(TypeError):
-            schema_text({"default": odd})
+    assert schema_text({1: "x"}, True) == '{"1":"x"}'  # as json.dumps writes it
     with pytest.raises(GrammarError, match="cannot be written as JSON"):
-        schema_text({"const": 10**5000})
+        schema_text({"const": 10**5000}, True)
+    # objects JSON has not: not plain, and refused as json.dumps refuses them (orjson writes
+    # enum members and UUIDs as values, dates as strings, dataclasses as objects)
+    for odd in (_Color.RED, uuid.UUID(int=5), datetime.date(2020, 1, 1), _Point(1, 2)):
+        for place in ({"const": odd}, {"a": [1, {"default": odd}]}, odd):
+            assert not check_depth(place, 8)
+            with pytest.raises(TypeError):
+                schema_text(place, False)
+    assert not check_depth({"type": ("string", "null")}, 8)  # a tuple: json.dumps writes it
+    assert check_depth(True, 8) and check_depth([{"a": [1.5, None, "x"]}], 8)
+
+
+def test_schemas_holding_objects_json_has_not_are_refused_whatever_the_cache_holds(compiler):
+    from grammars import GrammarCompiler
+
+    fresh = GrammarCompiler(compiler.vocab.info)
+    fresh.compile_json_schema({"type": "string"})  # the twin an enum member would be keyed as
+    with pytest.raises(TypeError):
+        fresh.compile_json_schema({"type": _Kind.STRING})
 
 
 def test_a_compiler_without_a_cache_compiles_each_time(compiler):
