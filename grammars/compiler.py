@@ -282,21 +282,22 @@ def _machine(build) -> Machine:
 def schema_text(schema, plain: bool = False) -> str:
     """A decoded schema as compact JSON text, keys in their order (properties come in schema
     order, so order is meaning): the grammar cache's key, which the builder also scans for
-    keywords. A `plain` schema (json_schema.check_depth: JSON's values and containers only)
-    is written by orjson, ~10x faster than json.dumps, unless orjson refuses it (integers
-    beyond 64 bits, keys that are not strings, lone surrogates) or would write a bare null
-    (it writes NaN and the infinities so); json.dumps writes those and every other schema,
-    so that no two schemas share a text and objects JSON has not are refused as before."""
+    keywords. A `plain` schema (json_schema.check_depth: JSON's values and containers only,
+    no NaN or infinity, which orjson would write as null) is written by orjson, ~10x faster
+    than json.dumps, unless orjson refuses it (integers beyond 64 bits, keys that are not
+    strings, lone surrogates); json.dumps writes those and every other schema, so that no two
+    schemas share a text and objects JSON has not are refused as before."""
     try:
-        text = orjson.dumps(schema).decode() if plain else None
+        return orjson.dumps(schema).decode() if plain else _dumps(schema)
     except TypeError:  # orjson.JSONEncodeError
-        text = None
-    if text is None or ":null" in text or ",null" in text or "[null" in text or text == "null":
-        try:
-            text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-        except ValueError as exc:  # an integer too long to write
-            raise GrammarError(f"schema cannot be written as JSON: {exc}") from None
-    return text
+        return _dumps(schema)
+
+
+def _dumps(schema) -> str:
+    try:
+        return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    except ValueError as exc:  # an integer too long to write
+        raise GrammarError(f"schema cannot be written as JSON: {exc}") from None
 
 
 def _utf8(text: str) -> bytes:

@@ -151,10 +151,11 @@ def check_depth(schema, limit: int, max_bytes: int | None = None) -> bool:
     (objects shared between places would otherwise make json.dumps write them over and over);
     a walk without recursion, one level of nesting at a time, so it is safe before json.dumps
     or the builder recurse. Returns whether the schema is plain JSON: every value a str, int,
-    float, bool or None (not a subclass) or a dict or list (compiler.schema_text then may
-    write it with orjson, which writes other objects, such as enum members, as values)."""
+    finite float, bool or None (not a subclass) or a dict or list (compiler.schema_text then
+    writes it with orjson, which writes other objects, such as enum members, as values, and
+    NaN and the infinities as null)."""
     kinds = (dict, list)
-    plain = type(schema) in _PLAIN or isinstance(schema, kinds)
+    plain = type(schema) in _PLAIN or isinstance(schema, kinds) or _finite(schema)
     level = [schema] if isinstance(schema, kinds) else []
     depth = seen = values = 0
     while level:
@@ -176,7 +177,7 @@ def check_depth(schema, limit: int, max_bytes: int | None = None) -> bool:
                     continue
                 if isinstance(v, kinds):
                     add(v)
-                else:
+                elif not _finite(v):
                     plain = False
             if wide:
                 read += len(value)
@@ -187,7 +188,14 @@ def check_depth(schema, limit: int, max_bytes: int | None = None) -> bool:
     return plain
 
 
-_PLAIN = frozenset((str, int, float, bool, type(None)))  # JSON's values but its containers
+_PLAIN = frozenset((str, int, bool, type(None)))  # JSON's values but numbers with a fraction
+
+
+def _finite(v) -> bool:
+    """v is a float (not a subclass) that is neither NaN nor infinite."""
+    return type(v) is float and not v - v
+
+
 _COUNTED_AT = 4095  # containers or values read between two checks of the counts
 MAX_VALUES = 1 << 24  # values in objects and arrays (a value shared between places: at each)
 
