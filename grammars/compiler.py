@@ -319,6 +319,22 @@ def _choices_rules(choices: list[str]) -> tuple[dict, str]:
     return {"root": ("dfa", minimal_dfa(tuple(c.encode("utf-8")) for c in choices))}, "root"
 
 
+_WARM_UP_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "string", "maxLength": 4}, "b": {}},
+    "required": ["a"],
+}
+
+
+def warm_up_builds() -> None:
+    """Load (or compile) the kernels that building a machine runs, without a vocabulary: what
+    a process that only builds machines (runtime/scheduler/compile_worker.py) does at start,
+    so that its first compile does not pay for them."""
+    build_machine("json_schema", _WARM_UP_SCHEMA)
+    build_machine("regex", "[a-z]{3,6}|x+")
+    build_machine("ebnf", 'start: "a" /[0-9]+/ | "b"')
+
+
 def warm_up() -> None:
     """Compile the mask kernels now, with a small made-up vocabulary (numba keeps them on disk,
     so this costs seconds once per install and a fraction of a second after); a server calls it
@@ -329,12 +345,7 @@ def warm_up() -> None:
     eos = frozenset({len(tokens) - 1})
     info = TokenizerInfo(tuple(tokens), eos, eos, "byte_level")
     compiler = GrammarCompiler(info)
-    schema = {
-        "type": "object",
-        "properties": {"a": {"type": "string", "maxLength": 4}, "b": {}},
-        "required": ["a"],
-    }
-    grammar = compiler.compile_json_schema(schema)
+    grammar = compiler.compile_json_schema(_WARM_UP_SCHEMA)
     matcher = grammar.matcher()
     for byte in b'{"a": "ab", "b": [1, {"c": [2, "x"]}]}':  # a byte's token id is the byte
         matcher.next_token_mask()

@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.05  # how often a waiting compile looks at its deadline and cancel event
 COMPILE_NICENESS = 10
+START_SECONDS = 300  # a child's start: import, then load the kernels (a fresh install builds them)
 
 
 class CompileTimeout(Exception):
@@ -53,22 +54,17 @@ class CompileWorker:
         options: dict | None = None,
     ):
         """The Machine of a constraint (`kind` and `options` as grammars.build_machine takes
-        them). The grammar's
-        own errors come back as GrammarError; CompileTimeout / CompileCancelled when stopped."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        them). The grammar's own errors come back as GrammarError; CompileTimeout /
+        CompileCancelled when stopped."""
         with self._lock:
-            conn = self._connection()
+            # the clock starts once the child is up: its start (an interpreter, the imports,
+            # the kernels read from numba's disk cache: seconds on a busy machine) is no
+            # request's compile, as the parent's own kernel build is not (constrained.py)
+            conn = self._connection(cancel)
             conn.send((kind, spec, timeout, options or {}))
-            while not conn.poll(POLL_SECONDS):
-                if cancel is not None and cancel.is_set():
-                    self._stop()
-                    raise CompileCancelled("the request was aborted while its grammar compiled")
-                if deadline is not None and time.monotonic() > deadline:
-                    self._stop()
-                    raise CompileTimeout(f"compiling the constraint took longer than {timeout} s")
-                if self._proc.poll() is not None:
-                    self._stop()
-                    raise CompileWorkerDied("the grammar compile process died")
+            deadline = None if timeout is None else time.monotonic() + timeout
+            late = CompileTimeout(f"compiling the constraint took longer than {timeout} s")
+            self._wait(deadline, cancel, late)
             status, value = conn.recv()
         if status == "ok":
             return value
@@ -87,7 +83,8 @@ class CompileWorker:
         with self._lock:
             self._stop()
 
-    def _connection(self) -> Connection:
+    def _connection(self, cancel: threading.Event | None = None) -> Connection:
+        """The child's end of the pipe, once the child is ready (started first if need be)."""
         # a fresh interpreter (not multiprocessing's spawn, which would re-run the user's
         # main module), talking over one end of a socket pair
         if self._proc is None or self._proc.poll() is not None:
@@ -98,7 +95,27 @@ class CompileWorker:
             )
             theirs.close()
             self._conn = Connection(ours.detach())
+            limit = time.monotonic() + START_SECONDS
+            late = CompileWorkerDied(
+                f"the grammar compile process did not start in {START_SECONDS} s"
+            )
+            self._wait(limit, cancel, late)
+            self._conn.recv()  # its "ready"
         return self._conn
+
+    def _wait(self, deadline: float | None, cancel: threading.Event | None, late: Exception):
+        """Until the child has something to say; the child is ended, and an error raised, if
+        `cancel` is set, `deadline` passes (`late`) or the child dies."""
+        while not self._conn.poll(POLL_SECONDS):
+            if cancel is not None and cancel.is_set():
+                self._stop()
+                raise CompileCancelled("the request was aborted while its grammar compiled")
+            if deadline is not None and time.monotonic() > deadline:
+                self._stop()
+                raise late
+            if self._proc.poll() is not None:
+                self._stop()
+                raise CompileWorkerDied("the grammar compile process died")
 
     def _stop(self) -> None:
         if self._proc is not None:
@@ -114,10 +131,15 @@ def _serve(conn: Connection) -> None:
     parent's end of the pipe closes (the parent exited or was killed)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us
     os.nice(COMPILE_NICENESS)  # on a busy CPU, forward passes come before compiles
-    from grammars import CompileBudget, GrammarError, build_machine
+    from grammars import CompileBudget, GrammarError, build_machine, warm_up_builds
     from runtime.ipc import freeze_heap
 
+    try:
+        warm_up_builds()  # the kernels a build runs, read from numba's disk cache or built
+    except Exception:  # each compile then builds what it needs as it goes
+        logger.exception("building the grammar kernels ahead of compiles failed")
     freeze_heap("grammar compiler")  # a full collection walked the imports, ~9 ms here
+    conn.send(("ready", None))
     while True:
         try:
             kind, spec, timeout, options = conn.recv()

@@ -23,22 +23,24 @@ class ConstrainedSteps:
 
     def _compile(self, rid: str, sp, cancel: threading.Event, deadline: float):
         """Runs in the grammar thread. The time limit counts from the request's arrival, or
-        from when the grammar kernels became ready if that is later: their one-time build
-        (numba's, over a minute on a fresh install, then read from its disk cache) is not the
-        request's compile."""
+        from when the grammar kernels and the compile process became ready if that is later:
+        their one-time build (numba's, over a minute on a fresh install, then read from its
+        disk cache) is not the request's compile."""
         inject("grammar", rid)
         ready_at = self._ready_grammar_kernels()
         deadline = max(deadline, ready_at + self.args.grammar_compile_timeout)
         return self.grammars.compile(sp, max(deadline - time.monotonic(), 0.0), cancel)
 
     def _ready_grammar_kernels(self) -> float:
-        """Builds (or loads) the mask kernels once; when they became ready."""
+        """Builds (or loads) the mask kernels and starts the compile process, once; when both
+        were ready."""
         if self._grammar_kernels_at is None:
             from grammars import warm_up
 
             try:
                 warm_up()
-            except Exception:  # each compile then builds what it needs as it goes
+                self.grammars.worker.start()
+            except Exception:  # each compile then builds or starts what it needs as it goes
                 logger.exception("building the grammar kernels ahead of compiles failed")
             self._grammar_kernels_at = time.monotonic()
         return self._grammar_kernels_at
@@ -47,7 +49,6 @@ class ConstrainedSteps:
         """Compile the grammar kernels and start the compile process in the background, ahead
         of the first constrained request (which would otherwise wait for them)."""
         self._compile_pool().submit(self._ready_grammar_kernels)
-        self._compile_pool().submit(self.grammars.worker.start)
 
     def _compile_pool(self) -> ThreadPoolExecutor:
         if self._grammar_pool is None:
