@@ -9,7 +9,7 @@ from collections import namedtuple
 import numpy as np
 
 from grammars import fastcall, nfa_layout
-from grammars.array_dfa import mask_bytes, packed_masks
+from grammars.array_dfa import mask_bytes
 from grammars.budget import checkpoint
 from grammars.lazydfa import (
     _MEM,
@@ -35,71 +35,61 @@ byte, or -1 and a row of `masks`: several bytes as four 64-bit words) and rule r
 def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
     """A grammars.automaton.NFA as arrays (its fragment uses and embedded DFAs laid out by
     nfa_layout.layout)."""
-    return NFAGraph(*fastcall.call(nfa_layout.laid_out, *graph_args(nfa, rule_index)))
+    return NFAGraph(*fastcall.call(nfa_layout.laid_out_packed, *graph_args(nfa, rule_index)))
 
 
 def graph_args(nfa, rule_index: dict[str, int]) -> tuple:
-    """nfa_layout.laid_out's arguments for `nfa` (nfa_passes.frozen_graph passes them on in
-    the same compiled call)."""
-    eps = np.fromiter(nfa.eps, np.int64, len(nfa.eps)).reshape(-1, 2)
-    flat = nfa.edges[:]
+    """nfa_layout.laid_out_packed's arguments for `nfa` (nfa_passes.frozen_graph passes them
+    on in the same compiled call): its moves, fragment uses, copies and the copied DFAs'
+    records (_dfa_record) end to end in one int64 array with the sizes of the parts, and the
+    masks as packed rows, the NFA's own first. Two numpy calls in all: made part by part
+    (twelve arrays, three of them joined from per-DFA pieces), they took ~130 µs of a ~1 ms
+    compile, most of it in numpy's per-call costs."""
+    edges = nfa.edges[:]
     index: dict[int, int] = {}  # the distinct masks in order of first use, numbered
     number = index.setdefault  # one hash a mask (they are ints of up to 256 bits)
-    flat[1::3] = [number(m, len(index)) for m in flat[1::3]]
-    edges = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 3)
-    flat = nfa.nts[:]
-    flat[1::3] = map(rule_index.__getitem__, flat[1::3])
-    nts = np.fromiter(flat, np.int64, len(flat)).reshape(-1, 3)
-    uses = np.array(
-        [
-            (f.eps.start, f.eps.stop, f.edges.start, f.edges.stop, f.nts.start, f.nts.stop)
-            + (f.s, f.e, f.first, base, s, e)
-            for f, base, s, e in nfa.frag_uses
-        ],
-        np.int64,
-    ).reshape(-1, nfa_layout.USE_COLUMNS)
-    dfa_number: dict[int, int] = {}  # id(dfa) -> its index in the pools
-    dfas, copies = [], []
+    edges[1::3] = [number(m, len(index)) for m in edges[1::3]]
+    nts = nfa.nts[:]
+    nts[1::3] = map(rule_index.__getitem__, nts[1::3])
+    uses = [
+        x
+        for f, base, s, e in nfa.frag_uses
+        for x in (f.eps.start, f.eps.stop, f.edges.start, f.edges.stop, f.nts.start, f.nts.stop)
+        + (f.s, f.e, f.first, base, s, e)
+    ]
+    dfa_number: dict[int, int] = {}  # id(dfa) -> its index among the records
+    records, masks, copies = [], [m.to_bytes(32, "little") for m in index], []
     for base, s, e, dfa in nfa.copies:
         d = dfa_number.get(id(dfa))
         if d is None:
-            d = dfa_number[id(dfa)] = len(dfas)
-            dfas.append(dfa)
-        copies.append((d, base, s, e))
-    tables = [dfa.move_table() for dfa in dfas]
-    blocks = [mask_bytes(dfa) for dfa in dfas]  # each DFA's masks, numbered after the NFA's own
-    accepting = [dfa.accepting_states() for dfa in dfas]
+            d = dfa_number[id(dfa)] = len(records)
+            record, packed = _dfa_record(dfa)
+            records.append(record)
+            masks.append(packed)
+        copies += (d, base, s, e)
     checkpoint()
-    pools = np.array(
-        (
-            _offsets([t.shape[1] for t in tables]),
-            _offsets([len(x) for x in blocks]),
-            _offsets([len(x) for x in accepting]),
-        ),
-        np.int64,
-    )
+    ints = nfa.eps + edges + nts + uses + copies
+    sizes = (nfa.size, len(nfa.eps), len(edges), len(nts), len(uses), len(copies), len(records))
+    head = np.fromiter(ints, np.int64, len(ints))
     return (
-        nfa.size,
-        eps,
-        edges,
-        nts,
-        uses,
-        np.array(copies, np.int64).reshape(-1, nfa_layout.COPY_COLUMNS),
-        pools,
-        np.concatenate(tables, axis=1) if tables else np.zeros((3, 0), np.int64),
-        len(index),
-        np.concatenate(accepting) if accepting else np.zeros(0, np.int64),
-        np.array([dfa.start for dfa in dfas], np.int64),
-        np.concatenate([packed_masks(list(index)), *blocks]),
+        np.concatenate((head, *records)) if records else head,
+        np.array(sizes + (len(index),), np.int64),
+        np.frombuffer(b"".join(masks), np.uint8).reshape(-1, 32),
     )
 
 
-def _offsets(sizes: list[int]) -> list[int]:
-    """[0, sizes[0], sizes[0] + sizes[1], ...]."""
-    out = [0]
-    for k in sizes:
-        out.append(out[-1] + k)
-    return out
+def _dfa_record(dfa) -> tuple[np.ndarray, bytes]:
+    """What nfa_layout.unpacked reads of a DFA copied into NFAs, made once per DFA (kept on
+    it, as its move table is): its number of moves, of accepting states, its start and number
+    of masks, then its move table's rows and its accepting states, as one int64 array; and its
+    masks as packed rows (bytes)."""
+    hit = dfa.__dict__.get("_layout_record")
+    if hit is None:
+        table, accepting, packed = dfa.move_table(), dfa.accepting_states(), mask_bytes(dfa)
+        head = np.array((table.shape[1], len(accepting), dfa.start, len(packed)), np.int64)
+        hit = (np.concatenate((head, table.ravel(), accepting)), packed.tobytes())
+        dfa._layout_record = hit
+    return hit
 
 
 # states a new DFA has room for: a third of maskbench's grammars build more than 512 over

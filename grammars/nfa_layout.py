@@ -118,6 +118,65 @@ def laid_out(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, sta
 
 
 @njit(cache=True, nogil=True)
+def laid_out_packed(ints, sizes, mask_bytes):
+    """laid_out of the arguments lazydfa_arrays.graph_args packs (see unpacked)."""
+    n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts = unpacked(ints, sizes)
+    return laid_out(
+        n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts, mask_bytes
+    )
+
+
+@njit(cache=True, nogil=True)
+def unpacked(ints, sizes):
+    """layout's arguments from one int64 array: the NFA's empty moves, byte moves, rule moves,
+    fragment uses and DFA copies end to end (their lengths sizes[1:6], the NFA's size
+    sizes[0]), then sizes[6] DFA records, each its number of moves k, of accepting states a,
+    its start and its number of masks, then its (3, k) move table row by row and its a
+    accepting states; sizes[7]: the number of the NFA's own masks."""
+    n, n_dfas, own_masks = sizes[0], sizes[6], sizes[7]
+    parts = []
+    at = 0
+    for i in range(1, 6):
+        parts.append(ints[at : at + sizes[i]])
+        at += sizes[i]
+    records = at
+    pools = np.zeros((3, n_dfas + 1), np.int64)
+    for d in range(n_dfas):
+        k, a = ints[at], ints[at + 1]
+        pools[0, d + 1] = pools[0, d] + k
+        pools[1, d + 1] = pools[1, d] + ints[at + 3]
+        pools[2, d + 1] = pools[2, d] + a
+        at += 4 + 3 * k + a
+    moves = np.empty((3, pools[0, n_dfas]), np.int64)
+    acc = np.empty(pools[2, n_dfas], np.int64)
+    starts = np.empty(n_dfas, np.int64)
+    at = records
+    for d in range(n_dfas):
+        k, a = ints[at], ints[at + 1]
+        starts[d] = ints[at + 2]
+        at += 4
+        m = pools[0, d]
+        for r in range(3):
+            moves[r, m : m + k] = ints[at : at + k]
+            at += k
+        acc[pools[2, d] : pools[2, d + 1]] = ints[at : at + a]
+        at += a
+    return (
+        n,
+        parts[0].reshape(-1, 2),
+        parts[1].reshape(-1, 3),
+        parts[2].reshape(-1, 3),
+        parts[3].reshape(-1, USE_COLUMNS),
+        parts[4].reshape(-1, COPY_COLUMNS),
+        pools,
+        moves,
+        own_masks,
+        acc,
+        starts,
+    )
+
+
+@njit(cache=True, nogil=True)
 def mask_columns(mask_bytes, edge_ids):
     """The distinct byte masks (k, 32) little-endian, and each edge's mask id: per edge its
     byte (-1 where the mask holds several) and its row of `words` (-1 where it holds one), and

@@ -200,8 +200,9 @@ def char_spellings(label: int) -> list[tuple[int, ...]]:
     return node_words(_char_node(chr(label - 256))) or []
 
 
-_PLAIN_TEXT = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]*")
-_PLAIN_KEYS = re.compile(r"[\x20-\x5b\x5d-\x7e]*")  # plain names joined by quotes
+_PLAIN_CHARS = r"\x20-\x21\x23-\x5b\x5d-\x7e"  # printable ASCII that a JSON string holds as is
+_PLAIN_TEXT = re.compile(f"[{_PLAIN_CHARS}]*")
+_PLAIN_KEYS = re.compile(f'["{_PLAIN_CHARS}]*')  # plain names joined by quotes
 
 
 def _plain(c: int) -> bool:
