@@ -74,7 +74,7 @@ def graph_args(nfa, rule_index: dict[str, int]) -> tuple:
     return (
         np.concatenate((head, *records)) if records else head,
         np.array(sizes + (len(index),), np.int64),
-        np.frombuffer(b"".join(masks), np.uint8).reshape(-1, 32),
+        np.frombuffer(bytearray(b"".join(masks)), np.uint8).reshape(-1, 32),  # writable
     )
 
 

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection
+from typing import NoReturn
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class CompileWorker:
         self._lock = threading.Lock()
         self._proc = None
         self._conn = None
+        self._ready_by: float | None = None  # while the child starts: when it must be ready
 
     def build(
         self,
@@ -55,17 +57,17 @@ class CompileWorker:
     ):
         """The Machine of a constraint (`kind` and `options` as grammars.build_machine takes
         them). The grammar's own errors come back as GrammarError; CompileTimeout /
-        CompileCancelled when stopped."""
+        CompileCancelled when stopped, CompileWorkerDied when the child dies."""
         with self._lock:
-            # the clock starts once the child is up: its start (an interpreter, the imports,
+            # the clock starts once the child is ready: its start (an interpreter, the imports,
             # the kernels read from numba's disk cache: seconds on a busy machine) is no
             # request's compile, as the parent's own kernel build is not (constrained.py)
-            conn = self._connection(cancel)
-            conn.send((kind, spec, timeout, options or {}))
+            self._ready(cancel)
+            self._send((kind, spec, timeout, options or {}))
             deadline = None if timeout is None else time.monotonic() + timeout
             late = CompileTimeout(f"compiling the constraint took longer than {timeout} s")
             self._wait(deadline, cancel, late)
-            status, value = conn.recv()
+            status, value = self._recv()
         if status == "ok":
             return value
         if status == "internal":
@@ -75,47 +77,72 @@ class CompileWorker:
         raise GrammarError(value)
 
     def start(self) -> None:
-        """Start the child now (it loads the grammar kernels), ahead of the first compile."""
+        """Start the child now and wait until it has loaded the grammar kernels, ahead of the
+        first compile."""
         with self._lock:
-            self._connection()
+            self._ready()
 
     def close(self) -> None:
         with self._lock:
             self._stop()
 
-    def _connection(self, cancel: threading.Event | None = None) -> Connection:
-        """The child's end of the pipe, once the child is ready (started first if need be)."""
-        # a fresh interpreter (not multiprocessing's spawn, which would re-run the user's
-        # main module), talking over one end of a socket pair
+    def _ready(self, cancel: threading.Event | None = None) -> None:
+        """Start the child unless it runs, and wait until it is ready. A cancel while it starts
+        ends the wait, not the start: the next compile waits for the rest of it rather than
+        paying for a new one."""
         if self._proc is None or self._proc.poll() is not None:
             self._stop()
+            if cancel is not None and cancel.is_set():
+                raise CompileCancelled("the request was aborted before its grammar compiled")
+            # a fresh interpreter (not multiprocessing's spawn, which would re-run the user's
+            # main module), talking over one end of a socket pair
             ours, theirs = socket.socketpair()
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(theirs.fileno())], pass_fds=[theirs.fileno()]
             )
             theirs.close()
             self._conn = Connection(ours.detach())
-            limit = time.monotonic() + START_SECONDS
+            self._ready_by = time.monotonic() + START_SECONDS
+        if self._ready_by is not None:
             late = CompileWorkerDied(
                 f"the grammar compile process did not start in {START_SECONDS} s"
             )
-            self._wait(limit, cancel, late)
-            self._conn.recv()  # its "ready"
-        return self._conn
+            self._wait(self._ready_by, cancel, late, stop_on_cancel=False)
+            if self._recv() != ("ready", None):
+                self._stop()
+                raise CompileWorkerDied("the grammar compile process did not say it was ready")
+            self._ready_by = None
 
-    def _wait(self, deadline: float | None, cancel: threading.Event | None, late: Exception):
-        """Until the child has something to say; the child is ended, and an error raised, if
-        `cancel` is set, `deadline` passes (`late`) or the child dies."""
+    def _wait(self, deadline, cancel, late: Exception, stop_on_cancel: bool = True) -> None:
+        """Until the child has something to say (or has closed its end); the child is ended
+        and an error raised if `cancel` is set (the child kept if not `stop_on_cancel`),
+        `deadline` passes (`late`) or the child dies."""
         while not self._conn.poll(POLL_SECONDS):
             if cancel is not None and cancel.is_set():
-                self._stop()
+                if stop_on_cancel:
+                    self._stop()
                 raise CompileCancelled("the request was aborted while its grammar compiled")
             if deadline is not None and time.monotonic() > deadline:
                 self._stop()
                 raise late
             if self._proc.poll() is not None:
-                self._stop()
-                raise CompileWorkerDied("the grammar compile process died")
+                self._died()
+
+    def _send(self, message) -> None:
+        try:
+            self._conn.send(message)
+        except OSError:  # the child is gone
+            self._died()
+
+    def _recv(self):
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):  # the child exited: its end closed
+            self._died()
+
+    def _died(self) -> NoReturn:
+        self._stop()
+        raise CompileWorkerDied("the grammar compile process died")
 
     def _stop(self) -> None:
         if self._proc is not None:
@@ -123,7 +150,7 @@ class CompileWorker:
             self._proc.wait(timeout=5)
         if self._conn is not None:
             self._conn.close()
-        self._proc = self._conn = None
+        self._proc = self._conn = self._ready_by = None
 
 
 def _serve(conn: Connection) -> None:

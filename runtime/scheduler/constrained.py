@@ -39,9 +39,12 @@ class ConstrainedSteps:
 
             try:
                 warm_up()
-                self.grammars.worker.start()
-            except Exception:  # each compile then builds or starts what it needs as it goes
+            except Exception:  # each compile then builds what it needs as it goes
                 logger.exception("building the grammar kernels ahead of compiles failed")
+            try:
+                self.grammars.worker.start()
+            except Exception:  # the first compile starts it again
+                logger.exception("starting the grammar compile process failed")
             self._grammar_kernels_at = time.monotonic()
         return self._grammar_kernels_at
 

@@ -1,6 +1,7 @@
 """The compile process: a compile's time limit runs from when the process is ready (its start,
-an interpreter loading the grammar kernels, is nobody's compile), and a compile past its limit
-ends the process, which the next compile starts again."""
+an interpreter loading the grammar kernels, is nobody's compile); a compile past its limit ends
+the process, which the next compile starts again; a cancelled request leaves a start running
+for the next; a process that dies fails its compile as such."""
 
 import json
 import threading
@@ -8,7 +9,13 @@ import threading
 import pytest
 
 from grammars.grammar import Machine
-from runtime.scheduler.compile_worker import CompileCancelled, CompileTimeout, CompileWorker
+from runtime.scheduler import compile_worker
+from runtime.scheduler.compile_worker import (
+    CompileCancelled,
+    CompileTimeout,
+    CompileWorker,
+    CompileWorkerDied,
+)
 
 # far under the process's start (an interpreter importing numba: tenths of a second at best),
 # far over a small regex's compile once the kernels are loaded (about a millisecond)
@@ -43,9 +50,32 @@ def test_a_compile_past_its_limit_ends_the_process_and_the_next_starts_one(worke
     assert isinstance(worker.build("regex", "b+", timeout=SHORT_S), Machine)
 
 
-def test_a_cancel_while_the_process_starts_stops_it(worker):
+def test_a_cancel_before_the_start_starts_nothing(worker, monkeypatch):
+    def no_start(*args, **kwargs):
+        raise AssertionError("a process was started for a cancelled request")
+
+    monkeypatch.setattr(compile_worker.subprocess, "Popen", no_start)
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(CompileCancelled):
         worker.build("regex", "a+", timeout=SHORT_S, cancel=cancel)
-    assert worker._proc is None
+
+
+def test_a_cancel_while_the_process_starts_keeps_the_start_for_the_next_compile(worker):
+    cancel = threading.Event()
+    threading.Timer(SHORT_S, cancel.set).start()  # the start takes far longer
+    with pytest.raises(CompileCancelled):
+        worker.build("regex", "a+", timeout=SHORT_S, cancel=cancel)
+    starting = worker._proc
+    assert starting.poll() is None  # still starting, not killed
+    assert isinstance(worker.build("regex", "b+", timeout=SHORT_S), Machine)
+    assert worker._proc is starting
+
+
+def test_a_process_that_dies_at_start_fails_the_compile_as_died(worker, monkeypatch):
+    monkeypatch.setattr(compile_worker, "__name__", "runtime.scheduler.no_such_module")
+    with pytest.raises(CompileWorkerDied, match="died"):
+        worker.build("regex", "a+", timeout=SHORT_S)
+    assert worker._proc is None and worker._conn is None
+    monkeypatch.undo()
+    assert isinstance(worker.build("regex", "b+", timeout=SHORT_S), Machine)
