@@ -42,9 +42,9 @@ def graph_args(nfa, rule_index: dict[str, int]) -> tuple:
     """nfa_layout.laid_out_packed's arguments for `nfa` (nfa_passes.frozen_graph passes them
     on in the same compiled call): its moves, fragment uses, copies and the copied DFAs'
     records (_dfa_record) end to end in one int64 array with the sizes of the parts, and the
-    masks as packed rows, the NFA's own first. Two numpy calls in all: made part by part
-    (twelve arrays, three of them joined from per-DFA pieces), they took ~130 µs of a ~1 ms
-    compile, most of it in numpy's per-call costs."""
+    masks as packed rows, the NFA's own first. Two numpy calls in all (made part by part,
+    twelve arrays of which three joined from per-DFA pieces, they cost ~1% more of a median
+    compile)."""
     edges = nfa.edges[:]
     index: dict[int, int] = {}  # the distinct masks in order of first use, numbered
     number = index.setdefault  # one hash a mask (they are ints of up to 256 bits)
