@@ -1,7 +1,7 @@
 """The compile process: a compile's time limit runs from when the process is ready (its start,
 an interpreter loading the grammar kernels, is nobody's compile); a compile past its limit ends
 the process, which the next compile starts again; a cancelled request leaves a start running
-for the next; a process that dies fails its compile as such."""
+for the next; a process that dies (at start or while it compiles) fails its compile as such."""
 
 import json
 import threading
@@ -20,6 +20,8 @@ from runtime.scheduler.compile_worker import (
 # far under the process's start (an interpreter importing numba: tenths of a second at best),
 # far over a small regex's compile once the kernels are loaded (about a millisecond)
 SHORT_S = 0.05
+# an enum of 200,000 strings: seconds to compile
+_SLOW = json.dumps({"enum": [f"{i * 7919 % 1000003:06d}{i:x}" for i in range(200_000)]})
 
 
 @pytest.fixture
@@ -41,11 +43,10 @@ def test_a_started_process_is_ready_for_the_first_compile(worker):
 
 
 def test_a_compile_past_its_limit_ends_the_process_and_the_next_starts_one(worker):
-    slow = json.dumps({"enum": [f"{i * 7919 % 1000003:06d}{i:x}" for i in range(200_000)]})
     worker.build("regex", "a+", timeout=SHORT_S)
     first = worker._proc
     with pytest.raises(CompileTimeout, match="took longer than 0.05 s"):
-        worker.build("json_schema", slow, timeout=SHORT_S)
+        worker.build("json_schema", _SLOW, timeout=SHORT_S)
     assert first.poll() is not None  # ended
     assert isinstance(worker.build("regex", "b+", timeout=SHORT_S), Machine)
 
@@ -78,4 +79,14 @@ def test_a_process_that_dies_at_start_fails_the_compile_as_died(worker, monkeypa
         worker.build("regex", "a+", timeout=SHORT_S)
     assert worker._proc is None and worker._conn is None
     monkeypatch.undo()
+    assert isinstance(worker.build("regex", "b+", timeout=SHORT_S), Machine)
+
+
+def test_a_process_killed_while_it_compiles_fails_the_compile_as_died(worker):
+    worker.start()
+    victim = worker._proc
+    threading.Timer(0.3, victim.kill).start()  # the enum takes seconds to compile
+    with pytest.raises(CompileWorkerDied, match="died"):
+        worker.build("json_schema", _SLOW, timeout=60)
+    assert worker._proc is None
     assert isinstance(worker.build("regex", "b+", timeout=SHORT_S), Machine)
