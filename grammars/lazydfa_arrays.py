@@ -34,12 +34,12 @@ byte, or -1 and a row of `masks`: several bytes as four 64-bit words) and rule r
 
 def nfa_graph(nfa, rule_index: dict[str, int]) -> NFAGraph:
     """A grammars.automaton.NFA as arrays (its fragment uses and embedded DFAs laid out by
-    nfa_layout.layout)."""
-    return NFAGraph(*fastcall.call(nfa_layout.laid_out_packed, *graph_args(nfa, rule_index)))
+    nfa_layout.laid_out)."""
+    return NFAGraph(*fastcall.call(nfa_layout.laid_out, *graph_args(nfa, rule_index)))
 
 
 def graph_args(nfa, rule_index: dict[str, int]) -> tuple:
-    """nfa_layout.laid_out_packed's arguments for `nfa` (nfa_passes.frozen_graph passes them
+    """nfa_layout.laid_out's arguments for `nfa` (nfa_passes.frozen_graph passes them
     on in the same compiled call): its moves, fragment uses, copies and the copied DFAs'
     records (_dfa_record) end to end in one int64 array with the sizes of the parts, and the
     masks as packed rows, the NFA's own first. Two numpy calls in all (made part by part,
@@ -79,7 +79,7 @@ def graph_args(nfa, rule_index: dict[str, int]) -> tuple:
 
 
 def _dfa_record(dfa) -> tuple[np.ndarray, bytes]:
-    """What nfa_layout.unpacked reads of a DFA copied into NFAs, made once per DFA (kept on
+    """What nfa_layout.laid_out reads of a DFA copied into NFAs, made once per DFA (kept on
     it, as its move table is): its number of moves, of accepting states, its start and number
     of masks, then its move table's rows and its accepting states, as one int64 array; and its
     masks as packed rows (bytes)."""

@@ -13,7 +13,7 @@ from numba import njit
 # the columns of a row of `uses`: the first build's slices of the own eps, edge and rule-move
 # arrays, its from and to states and first state; the use's first state, from and to
 USE_COLUMNS = 12
-# the columns of a row of `copies`: the DFA (its index in the pools), first state, from, to
+# the columns of a row of `copies`: the DFA (its index among the records), first state, from, to
 COPY_COLUMNS = 4
 
 
@@ -46,24 +46,21 @@ def by_source(n, src, cols):
 
 
 @njit(cache=True, nogil=True)
-def layout(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts):
+def layout(n, eps, edges, nts, uses, copies, ints, records):
     """eps (k, 2): from, to; edges (k, 3): from, mask id, to; nts (k, 3): from, rule, return
-    state; uses (k, USE_COLUMNS); copies (k, COPY_COLUMNS); the DFA pools: DFA d's moves are
-    moves[:, pools[0, d]:pools[0, d + 1]] (from, the DFA's own mask id, to), its own mask ids
-    i are the NFA's own_masks + pools[1, d] + i (the NFA's own masks first, then each
-    DFA's in order), its accepting states are
-    acc[pools[2, d]:pools[2, d + 1]] and its start starts[d]. Returns the CSR arrays (eps_ptr,
-    eps_to, e_ptr, e_cols (mask id, to), nt_ptr, nt_cols (rule, return state))."""
-    move_ptr, map_ptr, acc_ptr = pools[0], pools[1], pools[2]
+    state; uses (k, USE_COLUMNS); copies (k, COPY_COLUMNS); DFA d's record (see laid_out) is
+    read in place from ints[records[d, 0]:], and its own mask ids i are records[d, 1] + i.
+    Returns the CSR arrays (eps_ptr, eps_to, e_ptr, e_cols (mask id, to), nt_ptr, nt_cols
+    (rule, return state))."""
     n_eps, n_e, n_nt = eps.shape[0], edges.shape[0], nts.shape[0]
     for u in uses:
         n_eps += u[1] - u[0]
         n_e += u[3] - u[2]
         n_nt += u[5] - u[4]
     for c in copies:
-        d = c[0]
-        n_eps += 1 + acc_ptr[d + 1] - acc_ptr[d]
-        n_e += move_ptr[d + 1] - move_ptr[d]
+        at = records[c[0], 0]
+        n_eps += 1 + ints[at + 1]
+        n_e += ints[at]
     all_eps = np.empty((2, n_eps), np.int64)
     all_e = np.empty((3, n_e), np.int64)
     all_nt = np.empty((3, n_nt), np.int64)
@@ -87,18 +84,20 @@ def layout(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, start
             all_nt[2, k] = _mapped(nts[m, 2], u)
             k += 1
     for c in copies:
-        d, base = c[0], c[1]
+        at, first_mask = records[c[0], 0], records[c[0], 1]
+        n_moves, n_acc, start, base = ints[at], ints[at + 1], ints[at + 2], c[1]
+        src, ids, tgt = at + 4, at + 4 + n_moves, at + 4 + 2 * n_moves
         all_eps[0, i] = c[2]
-        all_eps[1, i] = base + starts[d]
+        all_eps[1, i] = base + start
         i += 1
-        for m in range(acc_ptr[d], acc_ptr[d + 1]):
-            all_eps[0, i] = base + acc[m]
+        for m in range(tgt + n_moves, tgt + n_moves + n_acc):
+            all_eps[0, i] = base + ints[m]
             all_eps[1, i] = c[3]
             i += 1
-        for m in range(move_ptr[d], move_ptr[d + 1]):
-            all_e[0, j] = base + moves[0, m]
-            all_e[1, j] = own_masks + map_ptr[d] + moves[1, m]
-            all_e[2, j] = base + moves[2, m]
+        for m in range(n_moves):
+            all_e[0, j] = base + ints[src + m]
+            all_e[1, j] = first_mask + ints[ids + m]
+            all_e[2, j] = base + ints[tgt + m]
             j += 1
     eps_ptr, eps_to = by_source(n, all_eps[0], all_eps[1:])
     e_ptr, e_cols = by_source(n, all_e[0], all_e[1:])
@@ -107,73 +106,38 @@ def layout(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, start
 
 
 @njit(cache=True, nogil=True)
-def laid_out(n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts, mask_bytes):
+def laid_out(ints, sizes, mask_bytes):
     """layout's moves, then mask_columns' per-edge columns for `mask_bytes` (the NFA's own
-    masks, then each DFA's, as packed rows): NFAGraph's fields in order."""
-    eps_ptr, eps_to, e_ptr, e_cols, nt_ptr, nt_cols = layout(
-        n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts
-    )
-    e_byte, e_mask, words = mask_columns(mask_bytes, e_cols[0])
-    return eps_ptr, eps_to, e_ptr, e_byte, e_mask, e_cols[1], words, nt_ptr, nt_cols[0], nt_cols[1]
-
-
-@njit(cache=True, nogil=True)
-def laid_out_packed(ints, sizes, mask_bytes):
-    """laid_out of the arguments lazydfa_arrays.graph_args packs (see unpacked)."""
-    n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts = unpacked(ints, sizes)
-    return laid_out(
-        n, eps, edges, nts, uses, copies, pools, moves, own_masks, acc, starts, mask_bytes
-    )
-
-
-@njit(cache=True, nogil=True)
-def unpacked(ints, sizes):
-    """layout's arguments from one int64 array: the NFA's empty moves, byte moves, rule moves,
-    fragment uses and DFA copies end to end (their lengths sizes[1:6], the NFA's size
-    sizes[0]), then sizes[6] DFA records, each its number of moves k, of accepting states a,
-    its start and its number of masks, then its (3, k) move table row by row and its a
-    accepting states; sizes[7]: the number of the NFA's own masks."""
-    n, n_dfas, own_masks = sizes[0], sizes[6], sizes[7]
+    masks, then each DFA's, as packed rows): NFAGraph's fields in order. `ints` holds, end to
+    end, the NFA's empty moves, byte moves, rule moves, fragment uses and DFA copies (their
+    lengths sizes[1:6], the NFA's size sizes[0]), then sizes[6] DFA records, each its number
+    of moves k, of accepting states a, its start and its number of masks, then its (3, k)
+    move table row by row and its a accepting states; sizes[7]: the number of the NFA's own
+    masks."""
+    n, n_dfas = sizes[0], sizes[6]
     parts = []
     at = 0
     for i in range(1, 6):
         parts.append(ints[at : at + sizes[i]])
         at += sizes[i]
-    records = at
-    pools = np.zeros((3, n_dfas + 1), np.int64)
+    records = np.empty((n_dfas, 2), np.int64)  # where each record starts, its first mask id
+    first_mask = sizes[7]
     for d in range(n_dfas):
-        k, a = ints[at], ints[at + 1]
-        pools[0, d + 1] = pools[0, d] + k
-        pools[1, d + 1] = pools[1, d] + ints[at + 3]
-        pools[2, d + 1] = pools[2, d] + a
-        at += 4 + 3 * k + a
-    moves = np.empty((3, pools[0, n_dfas]), np.int64)
-    acc = np.empty(pools[2, n_dfas], np.int64)
-    starts = np.empty(n_dfas, np.int64)
-    at = records
-    for d in range(n_dfas):
-        k, a = ints[at], ints[at + 1]
-        starts[d] = ints[at + 2]
-        at += 4
-        m = pools[0, d]
-        for r in range(3):
-            moves[r, m : m + k] = ints[at : at + k]
-            at += k
-        acc[pools[2, d] : pools[2, d + 1]] = ints[at : at + a]
-        at += a
-    return (
+        records[d, 0], records[d, 1] = at, first_mask
+        first_mask += ints[at + 3]
+        at += 4 + 3 * ints[at] + ints[at + 1]
+    eps_ptr, eps_to, e_ptr, e_cols, nt_ptr, nt_cols = layout(
         n,
         parts[0].reshape(-1, 2),
         parts[1].reshape(-1, 3),
         parts[2].reshape(-1, 3),
         parts[3].reshape(-1, USE_COLUMNS),
         parts[4].reshape(-1, COPY_COLUMNS),
-        pools,
-        moves,
-        own_masks,
-        acc,
-        starts,
+        ints,
+        records,
     )
+    e_byte, e_mask, words = mask_columns(mask_bytes, e_cols[0])
+    return eps_ptr, eps_to, e_ptr, e_byte, e_mask, e_cols[1], words, nt_ptr, nt_cols[0], nt_cols[1]
 
 
 @njit(cache=True, nogil=True)

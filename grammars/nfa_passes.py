@@ -328,9 +328,9 @@ def _frozen(g, root, starts, finals):
 
 @njit(cache=True, nogil=True)
 def _laid_out_frozen(layout_args, root, starts, finals):
-    """_frozen of nfa_layout.laid_out_packed's graph, in one call: the graph's ten arrays are
+    """_frozen of nfa_layout.laid_out's graph, in one call: the graph's ten arrays are
     not handed back to Python (~1 µs each)."""
-    return _frozen(nfa_layout.laid_out_packed(*layout_args), root, starts, finals)
+    return _frozen(nfa_layout.laid_out(*layout_args), root, starts, finals)
 
 
 def frozen_graph(nfa, rule_index: dict[str, int], names, root: int, starts, finals) -> NFAArrays:
