@@ -60,15 +60,14 @@ class ArrayDFA(EagerDFA):
     def from_table(
         cls, table: np.ndarray, packed: np.ndarray, accept: list, accepting: np.ndarray, start: int
     ):
-        """The DFA of a (3, k) move table (sources, mask ids, targets; kept as its
-        move_table) whose masks are given as packed rows only (made into a list on need);
+        """The DFA of a (3, k) move table (sources, mask ids, targets) whose masks are given
+        as packed rows only (made into a list on need);
         `accepting`: the states `accept` (a list of flags) holds, as an int64 array."""
         dfa = cls.__new__(cls)
         dfa._mask_bytes = packed
         dfa.accept = accept
         dfa.start = start
         dfa._moves = (table[0], table[1], table[2], None, accepting)
-        dfa._move_table = table
         return dfa
 
     @property
@@ -81,8 +80,9 @@ class ArrayDFA(EagerDFA):
             moves = self._moves = (*moves[:3], unpacked_masks(self._mask_bytes), moves[4])
         return moves
 
-    def accepting_states(self) -> np.ndarray:
-        return self._moves[4]  # without making the masks
+    def move_arrays(self) -> tuple:
+        src, ids, tgt, _, accepting = self._moves  # without making the masks
+        return src, ids, tgt, accepting
 
     @property
     def trans(self) -> list[list[tuple[int, int]]]:
@@ -178,8 +178,8 @@ class LazyDFA(EagerDFA):
     def moves(self) -> tuple:
         return self.determinised().moves()
 
-    def move_table(self) -> np.ndarray:
-        return self.determinised().move_table()
+    def move_arrays(self) -> tuple:
+        return self.determinised().move_arrays()
 
     def embed(self, nfa: NFA, s: int, e: int) -> None:
         nfa.build(self.node, s, e)

@@ -522,18 +522,10 @@ class EagerDFA:
             )
         return hit
 
-    def accepting_states(self) -> np.ndarray:
-        """moves()' accepting states."""
-        return self.moves()[4]
-
-    def move_table(self) -> np.ndarray:
-        """moves() as one (3, k) array: sources, mask ids (into moves()'s distinct masks),
-        targets; computed once."""
-        hit = self.__dict__.get("_move_table")
-        if hit is None:
-            src, ids, tgt, _, _ = self.moves()
-            hit = self._move_table = np.vstack((src, ids, tgt))
-        return hit
+    def move_arrays(self) -> tuple:
+        """moves() without the masks: (sources, mask ids, targets, accepting states)."""
+        src, ids, tgt, _, accepting = self.moves()
+        return src, ids, tgt, accepting
 
 
 def intersect(a, b) -> tuple:

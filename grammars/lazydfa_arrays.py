@@ -80,14 +80,15 @@ def graph_args(nfa, rule_index: dict[str, int]) -> tuple:
 
 def _dfa_record(dfa) -> tuple[np.ndarray, bytes]:
     """What nfa_layout.laid_out reads of a DFA copied into NFAs, made once per DFA (kept on
-    it, as its move table is): its number of moves, of accepting states, its start and number
-    of masks, then its move table's rows and its accepting states, as one int64 array; and its
-    masks as packed rows (bytes)."""
+    it, as its moves are): its number of moves, of accepting states, its start and number of
+    masks, then its moves' sources, mask ids and targets and its accepting states, as one
+    int64 array; and its masks as packed rows (bytes)."""
     hit = dfa.__dict__.get("_layout_record")
     if hit is None:
-        table, accepting, packed = dfa.move_table(), dfa.accepting_states(), mask_bytes(dfa)
-        head = np.array((table.shape[1], len(accepting), dfa.start, len(packed)), np.int64)
-        hit = (np.concatenate((head, table.ravel(), accepting)), packed.tobytes())
+        src, ids, tgt, accepting = dfa.move_arrays()
+        packed = mask_bytes(dfa)
+        head = np.array((len(src), len(accepting), dfa.start, len(packed)), np.int64)
+        hit = (np.concatenate((head, src, ids, tgt, accepting)), packed.tobytes())
         dfa._layout_record = hit
     return hit
 

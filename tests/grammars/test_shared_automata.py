@@ -169,7 +169,7 @@ def test_keys_except_names_refuse_exactly_the_names(names):
     # made from the packed rows the NFA reads), each mask once and every one used, numbered
     # from 0; the list is made only when asked for
     fresh = key_except.__wrapped__(names)  # (the cached one may have been asked already)
-    fresh.move_table(), fresh.accepting_states(), mask_bytes(fresh)
+    fresh.move_arrays(), mask_bytes(fresh)
     assert fresh._moves[3] is None
     every_key = key_node()[1]
     assert same_language(keys, every_key.product(EagerDFA.from_node(names_node(names)), "diff"))
