@@ -48,8 +48,9 @@ _WALK_CACHE_BYTES = 8 << 20
 _TOKEN_STEP_CAP = 1 << 16  # memoised (state, token) steps a grammar keeps (~6 MB), then anew
 _NO_FOLLOW = np.zeros(256, np.bool_)
 _NO_FATES = np.zeros(0, np.int8)
-_MAX_FATES = 64  # the suffix fates a Machine keeps (a byte a suffix: ~28 KB with Llama-3)
-_scratch = threading.local()  # a buffer per thread for the candidates of walks
+_MAX_FATES = 64  # the loops' suffix fates a Machine keeps (a byte a suffix: ~28 KB with
+# Llama-3) with their words (16 KB)
+_scratch = threading.local()  # buffers per thread for walks (_walk_scratch)
 # states a token walk may add without growing the arrays: as many as the DFA has (at least
 # _MIN_WALK_ROOM, at most _WALK_ROOM), so a small grammar's arrays stay small
 _MIN_WALK_ROOM, _WALK_ROOM = 24, 128
@@ -106,7 +107,7 @@ class Machine:
         self.unique = None  # a json_schema.unique.UniquePlan the matcher checks
         self._utf8_memo = np.zeros((0, 2), np.int64)  # lazydfa_chain._utf8_step's
         self._chain_memo = np.zeros((0, 5), np.int64)  # lazydfa_chain.extend_chain's
-        self._fates: dict[tuple, np.ndarray] = {}  # see walk
+        self._fates: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see walk
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
     def _run(self, kernel, *args):
@@ -140,17 +141,15 @@ class Machine:
         ones set in `allowed` (zeroed uint32 words, a bit per token: the row the grammar keeps);
         `follow`: the bytes the frame below can read after a pop (None: it cannot)."""
         can_pop = follow is not None
-        room = min(max(int(self.dfa.meta[lazydfa._STATES]), _MIN_WALK_ROOM), _WALK_ROOM)
-        if not lazydfa_arrays.has_room(self.dfa, room):  # grow now rather than walk twice
+        n = int(self.dfa.meta[lazydfa._STATES])
+        room = min(max(n, _MIN_WALK_ROOM), _WALK_ROOM)
+        if not lazydfa_arrays.has_room(self.dfa, room, n):  # grow now rather than walk twice
             self.dfa = lazydfa_arrays.grown(self.dfa, room)
-        candidates = getattr(_scratch, "candidates", None)
-        if candidates is None or len(candidates) < vocab.size:
-            candidates = _scratch.candidates = np.empty(vocab.size, np.int64)
+        # chain_info's outputs (it sets every one, and the walk reads the chain as far as it
+        # goes) and the walk's candidates, in arrays kept by thread (~5 µs a walk to make)
+        candidates, info, in_chain, chain = _walk_scratch(vocab)
         track = bool(self.has_pushes or can_pop)
-        info = np.zeros(5, np.int64)
-        in_chain = np.empty(256, np.bool_)
-        chain = np.zeros(vocab.max_len + 1, np.int64)  # made by chain_info, used by the walk
-        states = int(self.dfa.meta[lazydfa._STATES]) + room
+        states = n + room
         if len(self._utf8_memo) < states:  # the memos cover the states this walk may make
             # without growing the arrays (past them the kernels work without a memo), twice
             # over: rows for every state of the table (2,048) cost ~12 µs a first fill
@@ -174,16 +173,22 @@ class Machine:
         utf8, utf8_from_g = slots[lazydfa_chain.UTF8], slots[lazydfa_chain.UTF8_FROM_G]
         chars = slots[lazydfa_chain.CHARS]
         layout = vocab.chain_layout(in_chain, bool(utf8))
-        fates = _NO_FATES
+        fates, loop_words = _NO_FATES, _NO_WORDS
         if hub and not length:  # a loop: the fates of the rows' suffixes read from its hub
             # (lazydfa_walk._suffix_fates), the same for every state leading to it (each
-            # position of a pattern searched for in a string: ~28,000 suffixes, Llama-3)
+            # position of a pattern searched for in a string: ~28,000 suffixes, Llama-3),
+            # and the tokens all those states allow at once (lazydfa_walk._loop_words)
             key = (hub, follow.tobytes() if can_pop else None)
-            fates = self._fates.get(key)
-            if fates is None:
+            kept = self._fates.get(key)
+            if kept is None:
                 if len(self._fates) >= _MAX_FATES:
                     self._fates.clear()
-                fates = self._fates[key] = np.full(len(layout.suffixes.ids) + 1, -1, np.int8)
+                # each suffix's slot written by _suffix_fates; the last, -1, says not yet
+                fates = np.empty(len(layout.suffixes.ids) + 1, np.int8)
+                fates[-1] = -1
+                loop_words = np.empty(len(layout.full) + 8, np.uint32)
+                kept = self._fates[key] = (fates, loop_words)
+            fates, loop_words = kept
         prefix, long_rows, fits = _NO_PREFIX
         if hub and length > 0 and (length < vocab.max_len or chars):  # a counter's prefix,
             # however short: a counter's last states otherwise walked the whole trie (~0.4 ms
@@ -211,6 +216,7 @@ class Machine:
             chain,
             self._chain_memo,
             fates,
+            loop_words,
         )
         return candidates[:n_cand].copy() if n_cand else _NO_CANDIDATES
 
@@ -525,6 +531,20 @@ class _RowBlocks:
             row.fill(0)
         self.rest = self.rest[1:]
         return row
+
+
+def _walk_scratch(vocab: Vocabulary) -> tuple[np.ndarray, ...]:
+    """This thread's arrays for Machine.walk with `vocab`: the candidates, chain_info's five
+    slots, its bytes of the chain and the chain (vocab.max_len + 1 states)."""
+    kept = getattr(_scratch, "walk", None)
+    if kept is None or len(kept[0]) < vocab.size or len(kept[3]) != vocab.max_len + 1:
+        kept = _scratch.walk = (  # (the chain's length is the walk's depth: extend_chain)
+            np.empty(max(vocab.size, len(kept[0]) if kept else 0), np.int64),
+            np.empty(5, np.int64),
+            np.empty(256, np.bool_),
+            np.empty(vocab.max_len + 1, np.int64),
+        )
+    return kept
 
 
 def _set_bits(words: np.ndarray, tokens: np.ndarray) -> None:

@@ -104,6 +104,7 @@ def walk(
     chain,
     chain_memo,
     fates,
+    loop_words,
 ):
     """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
     way; a row reuses the states of the prefix it shares with the rows before, and rows that
@@ -134,7 +135,9 @@ def walk(
     walked. `chain`: the hub's chain as lazydfa_chain.chain_info left it (chain[0] = 0: not
     made yet), extended here; `chain_memo`: lazydfa_chain.extend_chain's; `fates`: where the hub
     is a loop, the fates of the layout's suffixes read from it (_suffix_fates) and a last slot,
-    -1 until they are known: kept by the caller for the next walk to the same hub.
+    -1 until they are known, 0 once they are, 1 once `loop_words` is made from them
+    (_loop_words, at the next walk to the hub: the tokens every state leading to it allows
+    at once); both kept by the caller for the next walk to the same hub.
 
     A row of a first byte that does not lead to a loop's hub but reaches the hub later (the
     first letter of a named key, then any key) opens a subtree of rows sharing that prefix:
@@ -156,24 +159,31 @@ def walk(
         if extend_chain(nfa, dfa, chain, ends, in_chain, pops, depth, chain_memo) < 0:
             return NEED_SPACE
         covering = chain[0] >= depth
-        if prefix.shape[0]:
-            covering = True
-            pos_ids, pos_steps, neg_ids, neg_steps, pos_words, neg_words = fits[:6]
-            _allow_first(allowed, pos_ids, np.searchsorted(pos_steps, limit, "right"), pos_words)
-            _allow_first(allowed, neg_ids, np.searchsorted(neg_steps, chars, "right"), neg_words)
-        elif covering:
-            _copy(full, allowed)
     else:
         ends[0] = True
-    n_cand = 0
-    if not done[g] and materialize(nfa, dfa, g) < 0:
-        return NEED_SPACE
-    states[0] = g
     # a loop at the hub: a row leaving it does so from the hub, so its fate is that of the
     # bytes from its exit on, walked once for all the rows that end with them (suffix_of)
     loop = covering and depth >= 2 and chain[2] == hub
     if not loop:
         fates = fates[:0]
+    done_at = fates.shape[0] - 1  # fates' last slot (see above)
+    if done_at >= 0 and fates[done_at] == 0:
+        _loop_words(layout, ids, fates, loop_words)
+        fates[done_at] = 1
+    n_words = allowed.shape[0]
+    if prefix.shape[0]:
+        covering = True
+        pos_ids, pos_steps, neg_ids, neg_steps, pos_words, neg_words = fits[:6]
+        _allow_first(allowed, pos_ids, np.searchsorted(pos_steps, limit, "right"), pos_words)
+        _allow_first(allowed, neg_ids, np.searchsorted(neg_steps, chars, "right"), neg_words)
+    elif done_at >= 0 and fates[done_at] == 1:
+        _copy(loop_words[:n_words], allowed)
+    elif covering:
+        _copy(full, allowed)
+    n_cand = 0
+    if not done[g] and materialize(nfa, dfa, g) < 0:
+        return NEED_SPACE
+    states[0] = g
     for first in range(256):
         lead = utf8 and utf8_tail(first)[0] > 0
         covered = covering and (in_chain[first] or lead)
@@ -190,14 +200,17 @@ def walk(
         dead_at = -1  # an earlier row sharing this row's prefix died reading byte dead_at
         dead_viable = False
         if covered and loop and in_chain[first] and table[g, first] == hub:
-            done_at = fates.shape[0] - 1  # its last slot: 0 once all are known
-            if done_at >= 0 and fates[done_at] < 0:
+            if fates[done_at] < 0:
                 if _suffix_fates(nfa, dfa, hub, suffixes, can_pop, follow, track, fates) < 0:
                     return NEED_SPACE
                 fates[done_at] = 0
+            # with the loop's words, those alive are set already: only candidates to find
+            from_words = fates[done_at] == 1
+            if from_words and not _has(loop_words, (n_words << 5) + first):
+                continue
             for k in range(exit_group[first], exit_group[first + 1]):
                 fate = fates[suffix_of[k]]
-                if fate == _ALIVE:
+                if fate == _ALIVE and not from_words:
                     _set(allowed, ids[exit_rows[k]])
                 elif fate == _VIABLE:
                     candidates[n_cand] = ids[exit_rows[k]]
@@ -298,6 +311,29 @@ def walk(
             candidates, n_cand,
         )  # fmt: skip
     return n_cand
+
+
+@njit(cache=True, nogil=True)
+def _loop_words(layout, ids, fates, out):
+    """What every walk from a state sending a byte of the loop's mask to its hub allows at
+    once, into `out` (a mask's words, then 8 words of a bit per byte): the tokens that never
+    leave the mask (the layout's `full`) and those leaving it whose suffix is _ALIVE from the
+    hub; then the first bytes whose rows have a _VIABLE suffix (candidates to look for).
+    A walk to a loop met before read every leaving row's fate (~28,000 rows of Llama-3 when a
+    pattern is searched for in a string, some 100 µs)."""
+    full, rows, group, in_mask, suffix_of = layout[1], layout[2], layout[4], layout[5], layout[6]
+    n_words = full.shape[0]
+    _copy(full, out[:n_words])
+    out[n_words:] = 0
+    for first in range(256):
+        if not in_mask[first]:
+            continue
+        for k in range(group[first], group[first + 1]):
+            fate = fates[suffix_of[k]]
+            if fate == _ALIVE:
+                _set(out, ids[rows[k]])
+            elif fate == _VIABLE:
+                _set(out, (n_words << 5) + first)
 
 
 @njit(cache=True, nogil=True)

@@ -20,6 +20,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from grammars import fastcall
 from grammars.lazydfa import (
     NEED_SPACE,
     find_members,
@@ -112,7 +113,8 @@ def grown(pda: PDAArrays) -> PDAArrays:
         buf=enlarged(pda.buf, st_cap),
         meta=m,
     )
-    _rehash(out, pda.step_keys, pda.step_vals)
+    fastcall.call(_rehash, out, pda.step_keys, pda.step_vals)  # the dispatcher typed the
+    # arrays' tuple at every call: ~55 µs of a growth's ~120
     return out
 
 
