@@ -46,6 +46,7 @@ class CompileWorker:
         self._proc = None
         self._conn = None
         self._ready_by: float | None = None  # while the child starts: when it must be ready
+        self._closing = False  # close() is ending the child
 
     def build(
         self,
@@ -83,8 +84,16 @@ class CompileWorker:
             self._ready()
 
     def close(self) -> None:
+        """End the child now, also while another thread compiles or waits for its start (that
+        call fails with CompileWorkerDied; the lock, which it holds, is only taken to clear up
+        after it). A later compile starts a new child."""
+        self._closing = True
+        proc = self._proc
+        if proc is not None:
+            proc.kill()  # a waiting compile sees its end of the socket close
         with self._lock:
             self._stop()
+            self._closing = False
 
     def _ready(self, cancel: threading.Event | None = None) -> None:
         """Start the child unless it runs, and wait until it is ready. A cancel while it starts
@@ -142,7 +151,8 @@ class CompileWorker:
 
     def _died(self) -> NoReturn:
         self._stop()
-        raise CompileWorkerDied("the grammar compile process died")
+        why = "was closed" if self._closing else "died"
+        raise CompileWorkerDied(f"the grammar compile process {why}")
 
     def _stop(self) -> None:
         if self._proc is not None:

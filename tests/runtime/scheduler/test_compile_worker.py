@@ -1,7 +1,8 @@
 """The compile process: a compile's time limit runs from when the process is ready (its start,
 an interpreter loading the grammar kernels, is nobody's compile); a compile past its limit ends
 the process, which the next compile starts again; a cancelled request leaves a start running
-for the next; a process that dies (at start or while it compiles) fails its compile as such."""
+for the next; a process that dies (at start or while it compiles) fails its compile as such;
+closing ends the process at once, also under a compile."""
 
 import json
 import threading
@@ -92,3 +93,24 @@ def test_a_process_killed_while_it_compiles_fails_the_compile_as_died(worker):
         worker.build("json_schema", _SLOW, timeout=60)
     assert worker._proc is None
     assert isinstance(worker.build("regex", "b+", timeout=SHORT_S), Machine)
+
+
+def test_closing_under_a_compile_ends_the_process_at_once(worker):
+    worker.start()
+    child = worker._proc
+    failed = []
+
+    def compile_slow():
+        try:
+            worker.build("json_schema", _SLOW, timeout=60)  # seconds to compile
+        except CompileWorkerDied as exc:
+            failed.append(str(exc))
+
+    thread = threading.Thread(target=compile_slow)
+    thread.start()
+    threading.Event().wait(0.3)  # the child has the enum by now
+    worker.close()  # does not wait for the compile to finish (it would succeed then)
+    thread.join()
+    assert failed == ["the grammar compile process was closed"]
+    assert child.poll() is not None and worker._proc is None
+    assert isinstance(worker.build("regex", "b+", timeout=SHORT_S), Machine)  # a new child
