@@ -163,12 +163,12 @@ def walk(
         ends[0] = True
     # a loop at the hub: a row leaving it does so from the hub, so its fate is that of the
     # bytes from its exit on, walked once for all the rows that end with them (suffix_of)
-    loop = covering and depth >= 2 and chain[2] == hub
+    loop = covering and depth >= 2 and chain[2] == hub and fates.shape[0] > 0
     if not loop:
         fates = fates[:0]
     done_at = fates.shape[0] - 1  # fates' last slot (see above)
     if done_at >= 0 and fates[done_at] == 0:
-        _loop_words(layout, ids, fates, loop_words)
+        _loop_words(layout, ids, fates, utf8, loop_words)
         fates[done_at] = 1
     n_words = allowed.shape[0]
     if prefix.shape[0]:
@@ -205,7 +205,7 @@ def walk(
                     return NEED_SPACE
                 fates[done_at] = 0
             # with the loop's words, those alive are set already: only candidates to find
-            from_words = fates[done_at] == 1
+            from_words = fates[done_at] == 1 and not lead
             if from_words and not _has(loop_words, (n_words << 5) + first):
                 continue
             for k in range(exit_group[first], exit_group[first + 1]):
@@ -314,11 +314,13 @@ def walk(
 
 
 @njit(cache=True, nogil=True)
-def _loop_words(layout, ids, fates, out):
+def _loop_words(layout, ids, fates, utf8, out):
     """What every walk from a state sending a byte of the loop's mask to its hub allows at
     once, into `out` (a mask's words, then 8 words of a bit per byte): the tokens that never
     leave the mask (the layout's `full`) and those leaving it whose suffix is _ALIVE from the
     hub; then the first bytes whose rows have a _VIABLE suffix (candidates to look for).
+    With utf8, UTF-8 lead bytes are left to the walk (one in the mask would be walked from
+    the state when that state, not the hub, takes the character: walk's utf8_from_g).
     A walk to a loop met before read every leaving row's fate (~28,000 rows of Llama-3 when a
     pattern is searched for in a string, some 100 µs)."""
     full, rows, group, in_mask, suffix_of = layout[1], layout[2], layout[4], layout[5], layout[6]
@@ -326,7 +328,7 @@ def _loop_words(layout, ids, fates, out):
     _copy(full, out[:n_words])
     out[n_words:] = 0
     for first in range(256):
-        if not in_mask[first]:
+        if not in_mask[first] or (utf8 and utf8_tail(first)[0] > 0):
             continue
         for k in range(group[first], group[first + 1]):
             fate = fates[suffix_of[k]]

@@ -35,7 +35,8 @@ class CompileCancelled(Exception):
 
 
 class CompileWorkerDied(RuntimeError):
-    """The compile child exited while compiling (killed from outside, or out of memory)."""
+    """The compile child exited while compiling (killed from outside, out of memory, or
+    ended by CompileWorker.close)."""
 
 
 class CompileWorker:
@@ -84,15 +85,20 @@ class CompileWorker:
             self._ready()
 
     def close(self) -> None:
-        """End the child now, also while another thread compiles or waits for its start (that
-        call fails with CompileWorkerDied; the lock, which it holds, is only taken to clear up
-        after it). A later compile starts a new child."""
+        """End the child now, also while other threads compile or wait for its start (each
+        such call fails with CompileWorkerDied): every child is killed until the lock is free,
+        which is then only taken to clear up. A later compile starts a new child."""
         self._closing = True
-        proc = self._proc
-        if proc is not None:
-            proc.kill()  # a waiting compile sees its end of the socket close
-        with self._lock:
-            self._stop()
+        try:
+            while not self._lock.acquire(timeout=POLL_SECONDS):
+                proc = self._proc  # (a compile waiting for the lock may start one meanwhile)
+                if proc is not None:
+                    proc.kill()  # its compile sees its end of the socket close
+            try:
+                self._stop()
+            finally:
+                self._lock.release()
+        finally:
             self._closing = False
 
     def _ready(self, cancel: threading.Event | None = None) -> None:

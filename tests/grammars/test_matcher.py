@@ -574,6 +574,33 @@ def test_masks_of_a_pattern_searched_in_a_string_share_the_loop_s_suffix_fates(c
     assert len(kept) < 4  # and shared by the positions
 
 
+def test_a_loop_s_words_keep_the_candidates_of_tokens_that_leave_its_frame():
+    """The words a loop's later walks start from (lazydfa_walk._loop_words): tokens that close a
+    searched-for string and pop out of a nested object (`1"},`, `a"}]`) die after a pop point:
+    candidates, kept per first byte; the masks at every position stay exact, also where a byte
+    of the loop leads elsewhere (a digit starting the pattern again)."""
+    from grammars import GrammarCompiler
+    from grammars.tokenizer_info import TokenizerInfo
+
+    words = [b'1"},', b'a"}]', b'ab"},{"', b'f"}', b'q"},', b'x"}],', b"ab1", b"q q", b'q"']
+    tokens = [bytes([b]) for b in range(256)] + words + [b"</s>"]
+    eos = len(tokens) - 1
+    info = TokenizerInfo(tuple(tokens), frozenset({eos}), frozenset({eos}), "byte_level")
+    pattern = {"type": "string", "pattern": "[0-9a-f]{4}-[0-9a-f]{2}"}
+    node = {"type": "object", "properties": {"kids": {"type": "array"}, "id": pattern}}
+    node["properties"]["kids"]["items"] = {"$ref": "#/$defs/node"}
+    grammar = GrammarCompiler(info).compile_json_schema(
+        {"$defs": {"node": node}, "$ref": "#/$defs/node"}
+    )
+    for prefix in ["ab12-3f", "ab12-3fq", "ab12-3f q", "q ab12-3f", "ab12-3f1", "ab12-3f ab12"]:
+        m = grammar.matcher()
+        text = '{"kids": [{"id": ' + json.dumps(prefix)[:-1]
+        assert m.accept_string(text), text
+        assert_mask_is_exact(grammar, m.state, text)
+    words_kept = [loop for fates, loop in grammar.machine._fates.values() if fates[-1] == 1]
+    assert any(loop[grammar.vocab.words :].any() for loop in words_kept)  # candidates' bytes
+
+
 def test_fitting_runs_cut_at_groups_and_at_tokens_that_may_not_fit():
     """vocabulary._fitting_runs: runs of tokens of at most CHAR_STEPS multi-byte characters
     (negative chain steps), within groups, each row with the most characters to its run's end

@@ -108,9 +108,11 @@ def test_closing_under_a_compile_ends_the_process_at_once(worker):
 
     thread = threading.Thread(target=compile_slow)
     thread.start()
-    threading.Event().wait(0.3)  # the child has the enum by now
+    while not worker._lock.locked():  # the compile holds the lock
+        threading.Event().wait(0.01)
     worker.close()  # does not wait for the compile to finish (it would succeed then)
     thread.join()
     assert failed == ["the grammar compile process was closed"]
     assert child.poll() is not None and worker._proc is None
+    assert not worker._closing  # a later death reads as one
     assert isinstance(worker.build("regex", "b+", timeout=SHORT_S), Machine)  # a new child
