@@ -143,7 +143,7 @@ class Machine:
         can_pop = follow is not None
         n = int(self.dfa.meta[lazydfa._STATES])
         room = min(max(n, _MIN_WALK_ROOM), _WALK_ROOM)
-        if not lazydfa_arrays.has_room(self.dfa, room, n):  # grow now rather than walk twice
+        if not lazydfa_arrays.has_room(self.dfa, room):  # grow now rather than walk twice
             self.dfa = lazydfa_arrays.grown(self.dfa, room)
         # chain_info's outputs (it sets every one, and the walk reads the chain as far as it
         # goes) and the walk's candidates, in arrays kept by thread (~5 µs a walk to make)

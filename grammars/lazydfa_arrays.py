@@ -176,10 +176,9 @@ def enlarged(arr: np.ndarray, size: int, fill=0) -> np.ndarray:
     return out
 
 
-def has_room(dfa: DFAArrays, states: int, n: int) -> bool:
-    """The arrays, holding n states, can take `states` more (of a few members each) without
-    growing."""
-    used = int(dfa.meta[_MEM])
+def has_room(dfa: DFAArrays, states: int) -> bool:
+    """The arrays can take `states` more states (of a few members each) without growing."""
+    n, used = int(dfa.meta[_STATES]), int(dfa.meta[_MEM])
     return (
         n + states < dfa.accept.shape[0]
         and 2 * (n + states) <= dfa.hkey.shape[0]
