@@ -21,6 +21,7 @@ from array import array
 import numpy as np
 
 from grammars import (
+    boxes,
     counter_masks,
     fastcall,
     horizon,
@@ -94,6 +95,7 @@ class Machine:
             nfa, self.rule_index, names, self.root, starts, finals
         )
         del nfa  # the arrays hold everything from here on
+        self.nfa_box = boxes.nfa_box(self.arrays)
         self.has_pushes = bool(len(self.arrays.nt_tgt))
         self.dfa, self.rule_start = lazydfa_arrays.started_dfa(self.arrays, starts)
         # the least length of each rule that is one embedded DFA (json_schema/counted.py's
@@ -109,11 +111,28 @@ class Machine:
         self._chain_memo = np.zeros((0, 5), np.int64)  # lazydfa_chain.extend_chain's
         self._fates: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see walk
 
+    @property
+    def dfa(self) -> lazydfa.DFAArrays:
+        return self._dfa
+
+    @dfa.setter
+    def dfa(self, arrays: lazydfa.DFAArrays) -> None:
+        self._dfa = arrays
+        self.dfa_box = boxes.dfa_box(arrays)  # what the kernels are called with
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("nfa_box", "dfa_box")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.nfa_box = boxes.nfa_box(self.arrays)
+        self.dfa = self._dfa
+
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------
     def _run(self, kernel, *args):
         """Call a kernel, growing the arrays and calling again while it runs out of room."""
         while True:
-            out = fastcall.call(kernel, self.arrays, self.dfa, *args)
+            out = fastcall.call(kernel, self.nfa_box, self.dfa_box, *args)
             code = out[0] if isinstance(out, tuple) else out
             if code != lazydfa.NEED_SPACE:
                 return out
@@ -265,6 +284,15 @@ class CompiledGrammar:
             self.initial = self._call(pda.initial_set, root)
             self._closure_read(self.initial)
 
+    @property
+    def _pda(self) -> pda.PDAArrays:
+        return self._pda_arrays
+
+    @_pda.setter
+    def _pda(self, arrays: pda.PDAArrays) -> None:
+        self._pda_arrays = arrays
+        self._pda_box = boxes.pda_box(arrays)  # what the kernels are called with
+
     def matcher(self) -> GrammarMatcher:
         return GrammarMatcher(self)
 
@@ -274,7 +302,9 @@ class CompiledGrammar:
         runs out of room."""
         m = self.machine
         while True:
-            out = fastcall.call(kernel, m.arrays, m.dfa, self._pda, self._rule_start, *args)
+            out = fastcall.call(
+                kernel, m.nfa_box, m.dfa_box, self._pda_box, self._rule_start, *args
+            )
             if out >= 0:
                 return out
             if out == lazydfa.NEED_SPACE:

@@ -112,6 +112,42 @@ def test_rows_of_grown_tables_are_written_whole_before_use(monkeypatch):
         assert dfa.done[g] and dfa.accept[g] == machine.arrays.final[members].any(), g
 
 
+def test_kernels_work_on_the_arrays_python_reads_through_growth_and_pickling(monkeypatch):
+    """The kernels take boxes of the arrays (grammars/boxes.py): what they write is what the
+    named tuples show, a growth gives the kernels a box of the new arrays, and a machine sent
+    to another process (pickled, as the compile process does) gets boxes of its own."""
+    import pickle
+
+    from grammars.json_schema import schema_to_rules
+
+    monkeypatch.setattr(lazydfa_arrays, "_FIRST_CAPACITY", 512)
+    rules, root = schema_to_rules(
+        {"type": "object", "properties": {f"k{i}": {"$ref": "#"} for i in range(30)}}
+    )
+
+    def build_all(machine):
+        todo, seen = [int(s) for s in machine.rule_start], set()
+        while todo:
+            g = todo.pop()
+            if g not in seen:
+                seen.add(g)
+                machine.live(g)  # materialize, called with the boxes
+                todo.extend(int(t) for t in np.unique(machine.dfa.table[g]) if t)
+        return seen
+
+    machine = Machine(rules, root)
+    copy = pickle.loads(pickle.dumps(machine))  # before any state is materialized
+    assert "dfa_box" not in copy.__getstate__() and copy.dfa_box is not machine.dfa_box
+    first_box = machine.dfa_box
+    seen = build_all(machine)
+    assert machine.dfa.table.shape[0] > 512 and machine.dfa_box is not first_box  # grown
+    n = int(machine.dfa.meta[lazydfa._STATES])
+    assert n >= len(seen) > 512 and machine.dfa.done[sorted(seen)].all()
+    assert build_all(copy) == seen  # the copy's kernels wrote the copy's own arrays
+    assert int(copy.dfa.meta[lazydfa._STATES]) == n
+    assert (copy.dfa.table[:n] == machine.dfa.table[:n]).all()
+
+
 def test_byte_classes_are_the_bytes_read_by_the_same_edges():
     """lazydfa._split_classes: two bytes share a class exactly when the same edges read them,
     and the classes hold every byte some edge reads, each once (sets of random sizes, single
