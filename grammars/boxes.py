@@ -2,9 +2,11 @@
 
 numba turns a Python argument into its native form at every call: for a tuple of arrays, each
 array one by one (~0.1 µs each), so a call of a pda kernel with the NFA's, the DFA's and the
-stacks' arrays (51 of them) cost ~6 µs before its first instruction; a mask computed for the
-first time makes about five such calls, and so does a compile, and reading a token not read
-before makes one. A box (a numba structure reference) holding the same arrays crosses in one
+stacks' arrays (51 of them) cost ~6 µs before its first instruction, more when the arrays'
+headers have left the cache; a mask computed for the first time makes about five such calls,
+and so does a compile, and reading a token not read before makes one. The vocabulary's trie and
+each of its chain layouts (vocabulary.TokenTrie, ChainLayout: 20 arrays) are boxed too, once
+each, for the token walk. A box (a numba structure reference) holding the same arrays crosses in one
 step (~0.1 µs). The Python side keeps the named tuples (lazydfa.NFAArrays, DFAArrays,
 pda.PDAArrays) and reads them; each time one is made or grown, its box is made from it (a few
 µs), and the kernels called from Python take the boxes, whose fields are the tuples' names.
@@ -34,6 +36,12 @@ if structref is None or not njit.__module__.startswith("numba"):  # RADIXGEN_NO_
 
     def pda_box(arrays):
         return arrays
+
+    def trie_box(trie):
+        return trie
+
+    def layout_box(layout):
+        return layout
 
 else:
 
@@ -98,6 +106,16 @@ else:
         ]
     )
 
+    _TRIE = _BoxType(
+        [("ids", _i64), ("data", types.uint8[::1]), ("ptr", _i64), ("lcp", _i64)]
+        + [("group", _i64), ("ends", _i64)]
+    )
+    _LAYOUT = _BoxType(
+        [("exits", _i64), ("full", types.uint32[::1]), ("rows", _i64), ("lcp", _i64)]
+        + [("group", _i64), ("in_mask", _b1), ("suffix_of", _i64), ("suffixes", _TRIE)]
+        + [("run_end", _i64)]
+    )
+
     @njit(cache=True, nogil=True)
     def _nfa(t):
         b = structref.new(_NFA)
@@ -128,6 +146,20 @@ else:
         b.buf, b.meta = t.buf, t.meta
         return b
 
+    @njit(cache=True, nogil=True)
+    def _trie(t):
+        b = structref.new(_TRIE)
+        b.ids, b.data, b.ptr, b.lcp, b.group, b.ends = t.ids, t.data, t.ptr, t.lcp, t.group, t.ends
+        return b
+
+    @njit(cache=True, nogil=True)
+    def _layout(t):
+        b = structref.new(_LAYOUT)
+        b.exits, b.full, b.rows, b.lcp, b.group = t.exits, t.full, t.rows, t.lcp, t.group
+        b.in_mask, b.suffix_of, b.run_end = t.in_mask, t.suffix_of, t.run_end
+        b.suffixes = _trie(t.suffixes)
+        return b
+
     def nfa_box(arrays):
         """The box of a lazydfa.NFAArrays."""
         return fastcall.call(_nfa, arrays)
@@ -139,3 +171,11 @@ else:
     def pda_box(arrays):
         """The box of a pda.PDAArrays."""
         return fastcall.call(_pda, arrays)
+
+    def trie_box(trie):
+        """The box of a vocabulary.TokenTrie."""
+        return fastcall.call(_trie, trie)
+
+    def layout_box(layout):
+        """The box of a vocabulary.ChainLayout (its suffixes' trie boxed inside)."""
+        return fastcall.call(_layout, layout)

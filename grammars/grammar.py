@@ -191,7 +191,7 @@ class Machine:
         hub, length = slots[lazydfa_chain.HUB], slots[lazydfa_chain.LENGTH]
         utf8, utf8_from_g = slots[lazydfa_chain.UTF8], slots[lazydfa_chain.UTF8_FROM_G]
         chars = slots[lazydfa_chain.CHARS]
-        layout = vocab.chain_layout(in_chain, bool(utf8))
+        layout, layout_box = vocab.boxed_chain_layout(in_chain, bool(utf8))
         fates, loop_words = _NO_FATES, _NO_WORDS
         if hub and not length:  # a loop: the fates of the rows' suffixes read from its hub
             # (lazydfa_walk._suffix_fates), the same for every state leading to it (each
@@ -216,12 +216,12 @@ class Machine:
         n_cand = self._run(
             lazydfa_walk.walk,
             g,
-            vocab.trie,
+            vocab.trie_box,
             vocab.max_len,
             hub,
             bool(utf8),
             bool(utf8_from_g),
-            layout,
+            layout_box,
             can_pop,
             follow if can_pop else _NO_FOLLOW,
             track,

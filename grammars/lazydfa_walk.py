@@ -143,8 +143,17 @@ def walk(
     first letter of a named key, then any key) opens a subtree of rows sharing that prefix:
     those that never leave the loop's bytes are alive without a walk (of the 128k Llama-3
     tokens at an object's key, ~13,000 start with a named key's letter and were walked)."""
-    ids, data, ptr, lcp, group, ends_at = trie
-    exits, full, exit_rows, exit_lcp, exit_group, in_chain, suffix_of, suffixes, run_end = layout
+    ids, data, ptr, lcp, group, ends_at = (
+        trie.ids,
+        trie.data,
+        trie.ptr,
+        trie.lcp,
+        trie.group,
+        trie.ends,
+    )
+    exits, full, exit_rows, exit_lcp = layout.exits, layout.full, layout.rows, layout.lcp
+    exit_group, in_chain, suffix_of = layout.group, layout.in_mask, layout.suffix_of
+    suffixes, run_end = layout.suffixes, layout.run_end
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     exit_most, exit_fewest, exit_end, row_most, row_fewest, row_end = fits[6:]  # runs that
     # all fit (vocabulary.chain_steps)
@@ -323,7 +332,8 @@ def _loop_words(layout, ids, fates, utf8, out):
     the state when that state, not the hub, takes the character: walk's utf8_from_g).
     A walk to a loop met before read every leaving row's fate (~28,000 rows of Llama-3 when a
     pattern is searched for in a string, some 100 µs)."""
-    full, rows, group, in_mask, suffix_of = layout[1], layout[2], layout[4], layout[5], layout[6]
+    full, rows, group, in_mask = layout.full, layout.rows, layout.group, layout.in_mask
+    suffix_of = layout.suffix_of
     n_words = full.shape[0]
     _copy(full, out[:n_words])
     out[n_words:] = 0
@@ -347,7 +357,7 @@ def _walk_past_chain(
     first byte's group); returns the new number of candidates, or NEED_SPACE."""
     if not rows.shape[0]:
         return n_cand
-    ids, data, ptr = trie[0], trie[1], trie[2]
+    ids, data, ptr = trie.ids, trie.data, trie.ptr
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     last = chain[0]
     end_state = chain[last]
@@ -403,7 +413,8 @@ def _suffix_fates(nfa, dfa, hub, suffixes, can_pop, follow, track, fates):
     first byte): _ALIVE, _VIABLE (died after passing a push or pop point) or _DEAD; rows
     sharing a dead prefix are skipped. 0, or NEED_SPACE. (The byte step is written out here as
     in walk: a shared helper, even inlined, made the walk of a string state 3x slower.)"""
-    ids, data, ptr, lcp, ends_at = suffixes[0], suffixes[1], suffixes[2], suffixes[3], suffixes[5]
+    ids, data, ptr = suffixes.ids, suffixes.data, suffixes.ptr
+    lcp, ends_at = suffixes.lcp, suffixes.ends
     table, viable, accept, done = dfa.table, dfa.viable, dfa.accept, dfa.done
     n = ids.shape[0]
     depth = 1

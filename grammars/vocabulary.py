@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from grammars import lazydfa
+from grammars import boxes, lazydfa
 from grammars.lazydfa import njit
 from grammars.lazydfa_chain import CHAR_STEPS
 from grammars.tokenizer_info import TokenizerInfo
@@ -186,6 +186,7 @@ class Vocabulary:
         self.trie = make_trie(np.array(usable, np.int64), rows, lengths)
         self.row_of = np.zeros(self.size, np.int64)  # each usable token's row in the trie
         self.row_of[self.trie.ids] = np.arange(len(self.trie.ids))
+        self.trie_box = boxes.trie_box(self.trie)  # as the token walk takes it
         self.max_len = int(width)
         self._chains: dict[tuple[int, bool], ChainLayout] = {}
         self._steps: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -210,6 +211,10 @@ class Vocabulary:
     def chain_layout(self, in_mask: np.ndarray, utf8: bool = False) -> ChainLayout:
         """The ChainLayout of the trie for a set of bytes (`in_mask`, 256 booleans), where with
         utf8 well-formed multi-byte characters count as staying in the set (cached)."""
+        return self.boxed_chain_layout(in_mask, utf8)[0]
+
+    def boxed_chain_layout(self, in_mask: np.ndarray, utf8: bool = False) -> tuple:
+        """chain_layout(in_mask, utf8) and its box (grammars/boxes.py), as the walk takes it."""
         key = (in_mask.tobytes(), utf8)
         hit = self._chains.get(key)
         if hit is None:
@@ -234,9 +239,10 @@ class Vocabulary:
             suffix_of, suffixes = _exit_suffixes(trie, rows, where)
             starts = _starts(firsts) | _starts(where) | _starts(leave)  # where a run starts
             run_end = _run_ends(starts).astype(np.int64)
-            hit = self._chains[key] = ChainLayout(
+            layout = ChainLayout(
                 exits, full, rows, lcp, group, in_mask, suffix_of, suffixes, run_end
             )
+            hit = self._chains[key] = (layout, boxes.layout_box(layout))
         return hit
 
     def _stays(self, in_mask: np.ndarray, utf8: bool) -> tuple[np.ndarray, np.ndarray]:
