@@ -7,9 +7,12 @@ headers have left the cache; a mask computed for the first time makes about five
 and so does a compile, and reading a token not read before makes one. The vocabulary's trie and
 each of its chain layouts (vocabulary.TokenTrie, ChainLayout: 20 arrays) are boxed too, once
 each, for the token walk. A box (a numba structure reference) holding the same arrays crosses in one
-step (~0.1 µs). The Python side keeps the named tuples (lazydfa.NFAArrays, DFAArrays,
-pda.PDAArrays) and reads them; each time one is made or grown, its box is made from it (a few
-µs), and the kernels called from Python take the boxes, whose fields are the tuples' names.
+step (~0.1 µs). The Python side keeps the named tuples of the DFA and the stacks
+(lazydfa.DFAArrays, pda.PDAArrays) and reads them; each time one is made or grown, its box is
+made from it (a few µs), and the kernels called from Python take the boxes, whose fields are
+the tuples' names. The NFA's arrays, which Python does not read, stay in their box from the
+compiled call that makes them (handing an array back to Python costs ~0.5 µs: 10 µs a
+compile for the NFA's 20); `nfa_arrays` gives them as lazydfa.NFAArrays on demand.
 
 Each box type has one constructor, compiled and cached like the kernels, so that no process
 compiles anything at its first box. With RADIXGEN_NO_JIT the tuples themselves are the boxes.
@@ -18,7 +21,7 @@ compiles anything at its first box. With RADIXGEN_NO_JIT the tuples themselves a
 from __future__ import annotations
 
 from grammars import fastcall
-from grammars.lazydfa import njit
+from grammars.lazydfa import NFAArrays, njit
 
 try:
     from numba import types
@@ -30,6 +33,12 @@ if structref is None or not njit.__module__.startswith("numba"):  # RADIXGEN_NO_
 
     def nfa_box(arrays):
         return arrays
+
+    def nfa_of(t):  # as nfa_passes calls it, with a plain tuple
+        return NFAArrays(*t)
+
+    def nfa_arrays(box):
+        return box
 
     def dfa_box(arrays):
         return arrays
@@ -117,14 +126,24 @@ else:
     )
 
     @njit(cache=True, nogil=True)
-    def _nfa(t):
+    def nfa_of(t):
+        """The box of NFAArrays `t`, or of the plain tuple of its arrays in its order (as
+        nfa_passes makes them, in compiled code)."""
         b = structref.new(_NFA)
-        b.eps_ptr, b.eps_idx, b.important, b.final = t.eps_ptr, t.eps_idx, t.important, t.final
-        b.e_ptr, b.e_byte, b.e_mask, b.e_tgt = t.e_ptr, t.e_byte, t.e_mask, t.e_tgt
-        b.masks, b.nt_ptr, b.nt_rule, b.nt_tgt = t.masks, t.nt_ptr, t.nt_rule, t.nt_tgt
-        b.first, b.mark, b.stack, b.buf, b.pairs = t.first, t.mark, t.stack, t.buf, t.pairs
-        b.edge_bits, b.edge_tgts, b.classes = t.edge_bits, t.edge_tgts, t.classes
+        b.eps_ptr, b.eps_idx, b.important, b.final = t[0], t[1], t[2], t[3]
+        b.e_ptr, b.e_byte, b.e_mask, b.e_tgt = t[4], t[5], t[6], t[7]
+        b.masks, b.nt_ptr, b.nt_rule, b.nt_tgt = t[8], t[9], t[10], t[11]
+        b.first, b.mark, b.stack, b.buf, b.pairs = t[12], t[13], t[14], t[15], t[16]
+        b.edge_bits, b.edge_tgts, b.classes = t[17], t[18], t[19]
         return b
+
+    @njit(cache=True, nogil=True)
+    def _nfa_fields(b):
+        return (
+            b.eps_ptr, b.eps_idx, b.important, b.final, b.e_ptr, b.e_byte, b.e_mask, b.e_tgt,
+            b.masks, b.nt_ptr, b.nt_rule, b.nt_tgt, b.first, b.mark, b.stack, b.buf, b.pairs,
+            b.edge_bits, b.edge_tgts, b.classes,
+        )  # fmt: skip
 
     @njit(cache=True, nogil=True)
     def _dfa(t):
@@ -162,7 +181,11 @@ else:
 
     def nfa_box(arrays):
         """The box of a lazydfa.NFAArrays."""
-        return fastcall.call(_nfa, arrays)
+        return fastcall.call(nfa_of, arrays)
+
+    def nfa_arrays(box):
+        """The lazydfa.NFAArrays a box holds (handing 20 arrays to Python: ~10 µs)."""
+        return NFAArrays(*fastcall.call(_nfa_fields, box))
 
     def dfa_box(arrays):
         """The box of a lazydfa.DFAArrays."""

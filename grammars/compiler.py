@@ -16,7 +16,7 @@ from collections import OrderedDict
 import numpy as np
 import orjson
 
-from grammars import lazydfa_arrays, pda, unique_items
+from grammars import boxes, lazydfa_arrays, pda, unique_items
 from grammars.automaton import alt, lit
 from grammars.budget import CompileBudget, checkpoint, running
 from grammars.errors import GrammarError
@@ -357,4 +357,5 @@ def warm_up() -> None:
     pda.grown(pda.new_arrays(4))
     lazydfa_arrays.grown(grammar.machine.dfa, len(grammar.machine.dfa.accept))
     nothing = np.zeros(0, np.int64)
-    intern_starts(grammar.machine.arrays, grammar.machine.dfa, nothing, nothing)
+    intern_starts(grammar.machine.nfa_box, grammar.machine.dfa, nothing, nothing)
+    boxes.nfa_box(grammar.machine.arrays)  # (and its box again: a machine unpickled)

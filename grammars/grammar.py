@@ -91,13 +91,11 @@ class Machine:
         self.names = names
         self.root = self.rule_index[root]
         self.counter_regions = counter_masks.counter_regions(nfa.copies, nfa.reps, rules)
-        self.arrays = nfa_passes.frozen_graph(
+        self.nfa_box, self.has_pushes = nfa_passes.frozen_graph(
             nfa, self.rule_index, names, self.root, starts, finals
         )
         del nfa  # the arrays hold everything from here on
-        self.nfa_box = boxes.nfa_box(self.arrays)
-        self.has_pushes = bool(len(self.arrays.nt_tgt))
-        self.dfa, self.rule_start = lazydfa_arrays.started_dfa(self.arrays, starts)
+        self.dfa, self.rule_start = lazydfa_arrays.started_dfa(self.nfa_box, starts)
         # the least length of each rule that is one embedded DFA (json_schema/counted.py's
         # blocks of long strings), which horizon.SharedChecks compares with the longest token
         self.dfa_min_lengths = {
@@ -120,12 +118,19 @@ class Machine:
         self._dfa = arrays
         self.dfa_box = boxes.dfa_box(arrays)  # what the kernels are called with
 
+    @property
+    def arrays(self) -> lazydfa.NFAArrays:
+        """The NFA's arrays (the kernels read them from nfa_box; Python seldom does)."""
+        return boxes.nfa_arrays(self.nfa_box)
+
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("nfa_box", "dfa_box")}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("nfa_box", "dfa_box")}
+        state["nfa"] = tuple(self.arrays)
+        return state
 
     def __setstate__(self, state: dict) -> None:
+        self.nfa_box = boxes.nfa_box(lazydfa.NFAArrays(*state.pop("nfa")))
         self.__dict__.update(state)
-        self.nfa_box = boxes.nfa_box(self.arrays)
         self.dfa = self._dfa
 
     # -- lazy DFA (lazydfa.py builds the states) -----------------------------------------------

@@ -18,7 +18,6 @@ from grammars.lazydfa import (
     _WANT,
     NEED_SPACE,
     DFAArrays,
-    NFAArrays,
     intern_starts,
     njit,
     rehash,
@@ -140,9 +139,10 @@ def _started(nfa, starts, out, capacity, poison):
     return intern_starts(nfa, dfa, starts, out), dfa
 
 
-def started_dfa(nfa: NFAArrays, starts: list[int]) -> tuple[DFAArrays, list[int]]:
+def started_dfa(nfa, starts: list[int]) -> tuple[DFAArrays, list[int]]:
     """A new DFA holding the state of each NFA state of `starts` (with its eps closure), and
-    those states, in one compiled call unless the arrays must grow."""
+    those states, in one compiled call unless the arrays must grow (`nfa`: the box of the
+    NFA's arrays, grammars/boxes.py)."""
     out = np.zeros(len(starts), np.int64)
     seeds = np.array(starts, np.int64)
     code, dfa = fastcall.call(_started, nfa, seeds, out, _FIRST_CAPACITY, fastcall.CHECK)
