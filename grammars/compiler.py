@@ -329,8 +329,9 @@ _WARM_UP_SCHEMA = {
 def warm_up_builds() -> None:
     """Load (or compile) the kernels that building a machine runs, without a vocabulary: what
     a process that only builds machines (runtime/scheduler/compile_worker.py) does at start,
-    so that its first compile does not pay for them."""
-    build_machine("json_schema", _WARM_UP_SCHEMA)
+    so that its first compile does not pay for them (nor its first machine sent, pickled with
+    the NFA's arrays read out of their box)."""
+    build_machine("json_schema", _WARM_UP_SCHEMA).__getstate__()
     build_machine("regex", "[a-z]{3,6}|x+")
     build_machine("ebnf", 'start: "a" /[0-9]+/ | "b"')
 

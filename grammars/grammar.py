@@ -115,8 +115,8 @@ class Machine:
 
     @dfa.setter
     def dfa(self, arrays: lazydfa.DFAArrays) -> None:
-        self._dfa = arrays
-        self.dfa_box = boxes.dfa_box(arrays)  # what the kernels are called with
+        box = boxes.dfa_box(arrays)  # what the kernels are called with (made first: if that
+        self._dfa, self.dfa_box = arrays, box  # fails, the old pair stays whole)
 
     @property
     def arrays(self) -> lazydfa.NFAArrays:
@@ -295,8 +295,8 @@ class CompiledGrammar:
 
     @_pda.setter
     def _pda(self, arrays: pda.PDAArrays) -> None:
-        self._pda_arrays = arrays
-        self._pda_box = boxes.pda_box(arrays)  # what the kernels are called with
+        box = boxes.pda_box(arrays)  # what the kernels are called with (made first, as above)
+        self._pda_arrays, self._pda_box = arrays, box
 
     def matcher(self) -> GrammarMatcher:
         return GrammarMatcher(self)

@@ -1,6 +1,6 @@
 """The arrays of the lazy DFA on the Python side: the NFA laid out as arrays (which
-nfa_passes.frozen turns into the kernels' NFAArrays), a new DFA holding the rules' start
-states, and copies grown when a kernel of lazydfa.py returns NEED_SPACE."""
+nfa_passes.frozen turns into the kernels' NFAArrays, in their box), a new DFA holding the
+rules' start states, and copies grown when a kernel of lazydfa.py returns NEED_SPACE."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ one same state, whether that is a loop, and whether multi-byte UTF-8 characters 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from grammars.lazydfa import (
     NEED_SPACE,
@@ -17,6 +16,7 @@ from grammars.lazydfa import (
     _push_new,
     materialize,
     move_word,
+    njit,
     utf8_tail,
     utf8_target,
 )

@@ -106,7 +106,8 @@ def walk(
     fates,
     loop_words,
 ):
-    """Walk every token of a trie (vocabulary.TokenTrie) from state g, building states on the
+    """Walk every token of a trie (the box of a vocabulary.TokenTrie, grammars/boxes.py; as
+    are `nfa`, `dfa` and `layout`) from state g, building states on the
     way; a row reuses the states of the prefix it shares with the rows before, and rows that
     share a dead prefix are skipped. `depth` is the longest row.
 

@@ -8,7 +8,8 @@ Own moves come first in each state's list, then the uses', then the copies', eac
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from grammars.lazydfa import njit
 
 # the columns of a row of `uses`: the first build's slices of the own eps, edge and rule-move
 # arrays, its from and to states and first state; the use's first state, from and to

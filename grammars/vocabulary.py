@@ -188,12 +188,24 @@ class Vocabulary:
         self.row_of[self.trie.ids] = np.arange(len(self.trie.ids))
         self.trie_box = boxes.trie_box(self.trie)  # as the token walk takes it
         self.max_len = int(width)
-        self._chains: dict[tuple[int, bool], ChainLayout] = {}
+        self._chains: dict[tuple[bytes, bool], tuple[ChainLayout, object]] = {}  # with its box
         self._steps: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._chars: np.ndarray | None = None  # see _characters
         eos = np.zeros(self.size, bool)
         eos[self.eos_ids] = True
         self.eos_only = self.pack(eos)
+
+    def __getstate__(self) -> dict:
+        """A copy's state: no box (a numba object; made again from the trie) and no cached
+        layouts (made again as the copy's walks need them)."""
+        state = dict(self.__dict__)
+        del state["trie_box"]
+        state["_chains"] = {}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.trie_box = boxes.trie_box(self.trie)
 
     def pack(self, allowed: np.ndarray) -> np.ndarray:
         """Boolean array over the vocabulary -> int32 words (bit i of word w = token 32w+i)."""

@@ -137,7 +137,7 @@ def test_kernels_work_on_the_arrays_python_reads_through_growth_and_pickling(mon
 
     machine = Machine(rules, root)
     copy = pickle.loads(pickle.dumps(machine))  # before any state is materialized
-    assert "dfa_box" not in copy.__getstate__() and copy.dfa_box is not machine.dfa_box
+    assert not {"nfa_box", "dfa_box"} & set(copy.__getstate__())
     first_box = machine.dfa_box
     seen = build_all(machine)
     assert machine.dfa.table.shape[0] > 512 and machine.dfa_box is not first_box  # grown
@@ -146,6 +146,26 @@ def test_kernels_work_on_the_arrays_python_reads_through_growth_and_pickling(mon
     assert build_all(copy) == seen  # the copy's kernels wrote the copy's own arrays
     assert int(copy.dfa.meta[lazydfa._STATES]) == n
     assert (copy.dfa.table[:n] == machine.dfa.table[:n]).all()
+
+
+def test_a_copied_vocabulary_makes_its_own_boxes_and_masks_as_the_original(compiler):
+    """A Vocabulary pickled (or deep-copied) leaves its trie's box and its layouts behind and
+    makes them again: a grammar on the copy gives the original's masks."""
+    import pickle
+
+    from grammars.compiler import build_machine
+
+    vocab = compiler.vocab
+    copy = pickle.loads(pickle.dumps(vocab))
+    assert copy._chains == {} and copy.trie_box is not vocab.trie_box
+    machine = build_machine("json_schema", {"type": "object", "properties": {"a": {}}})
+    ours = grammar.CompiledGrammar(machine, vocab).matcher()
+    theirs = grammar.CompiledGrammar(pickle.loads(pickle.dumps(machine)), copy).matcher()
+    for _ in range(6):
+        mask = ours.next_token_mask()
+        assert (mask == theirs.next_token_mask()).all()
+        token = int(np.flatnonzero(mask)[-1])
+        assert ours.accept_token(token) and theirs.accept_token(token)
 
 
 def test_byte_classes_are_the_bytes_read_by_the_same_edges():
@@ -224,7 +244,7 @@ def test_utf8_targets_read_from_moves_agree_with_the_states_built(compiler, kind
     machine = _built(compiler, kind, spec)
     found = 0
     for s in range(1, int(machine.dfa.meta[0])):
-        dfa, arrays = machine.dfa, machine.arrays
+        dfa, arrays = machine.dfa_box, machine.nfa_box  # as the kernels are called
         fast = lazydfa_chain._utf8_target_by_moves(arrays, dfa, s)
         if fast == lazydfa_chain._BY_ROWS:
             continue
@@ -244,7 +264,7 @@ def test_mask_targets_read_from_moves_agree_with_the_rows(compiler, kind, spec):
     answered = 0
     for s in range(1, int(machine.dfa.meta[0])):
         for mask in masks:
-            dfa, arrays = machine.dfa, machine.arrays
+            dfa, arrays = machine.dfa_box, machine.nfa_box
             words = np.zeros(4, np.uint64)
             for b in mask:
                 words[b >> 6] |= np.uint64(1 << (b & 63))
