@@ -2,8 +2,9 @@
 
 A numba dispatcher types every argument of every call to pick the compiled version; for the
 kernels of lazydfa.py and pda.py, whose arguments were tuples of some 50 arrays, that took
-5-7 µs a call, more than many calls do (they now take boxes of those arrays: grammars/boxes.py). Their callers pass arguments of fixed types (arrays
-made by the same constructors, C-contiguous and writable; Python ints and bools), so each
+5-7 µs a call, more than many calls do (they now take boxes of those arrays: grammars/boxes.py).
+Their callers pass arguments of fixed types (arrays made by the same constructors, C-contiguous
+and writable; Python ints and bools; boxes), so each
 kernel is compiled for one signature: after a first call through the dispatcher, `call` goes
 straight to that version's entry point (~2 µs) for as long as the kernel has that one version.
 RADIXGEN_CHECK_KERNEL_TYPES=1 (the test suite sets it; CHECK) types the arguments and checks them

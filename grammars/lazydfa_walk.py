@@ -144,14 +144,8 @@ def walk(
     first letter of a named key, then any key) opens a subtree of rows sharing that prefix:
     those that never leave the loop's bytes are alive without a walk (of the 128k Llama-3
     tokens at an object's key, ~13,000 start with a named key's letter and were walked)."""
-    ids, data, ptr, lcp, group, ends_at = (
-        trie.ids,
-        trie.data,
-        trie.ptr,
-        trie.lcp,
-        trie.group,
-        trie.ends,
-    )
+    ids, data, ptr, lcp = trie.ids, trie.data, trie.ptr, trie.lcp
+    group, ends_at = trie.group, trie.ends
     exits, full, exit_rows, exit_lcp = layout.exits, layout.full, layout.rows, layout.lcp
     exit_group, in_chain, suffix_of = layout.group, layout.in_mask, layout.suffix_of
     suffixes, run_end = layout.suffixes, layout.run_end

@@ -332,7 +332,8 @@ def _laid_out_frozen(layout_args, root, starts, finals):
     (grammars/boxes.py) with whether it references rules: no array is handed back to Python
     (~0.5-1 µs each)."""
     outcome, arrays = _frozen(nfa_layout.laid_out(*layout_args), root, starts, finals)
-    return outcome, boxes.nfa_of(arrays), arrays[11].shape[0] > 0
+    box = boxes.nfa_of(arrays)
+    return outcome, box, box.nt_tgt.shape[0] > 0
 
 
 def frozen_graph(nfa, rule_index: dict[str, int], names, root: int, starts, finals) -> tuple:
@@ -340,8 +341,8 @@ def frozen_graph(nfa, rule_index: dict[str, int], names, root: int, starts, fina
     (lazydfa.NFAArrays), and whether they reference rules: the graph of `nfa`
     (lazydfa_arrays.nfa_graph) without the states that cannot reach their rule's end and without
     references to rules that cannot match anything, with first[r, b]: byte b can start rule r
-    (all False when no rule is referenced). GrammarError when the root rule matches nothing, or when a rule can reach
-    itself without reading a byte (left recursion)."""
+    (all False when no rule is referenced). GrammarError when the root rule matches nothing,
+    or when a rule can reach itself without reading a byte (left recursion)."""
     checkpoint()
     outcome, box, pushes = fastcall.call(
         _laid_out_frozen,
