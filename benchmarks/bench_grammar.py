@@ -333,6 +333,14 @@ def _engine(name: str, tok):
         return None
 
 
+def selected_files(data: str, limit: int = 0) -> list:
+    """The (path, spec) pairs of a MaskBench folder; with `limit`, every k-th to keep that many."""
+    files = load_files(data)
+    if limit and limit < len(files):
+        files = files[:: len(files) // limit][:limit]
+    return files
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--data", default=None, help="MaskBench folder")
@@ -348,9 +356,7 @@ def main():
     data = args.data or os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "maskbench-dev"
     )
-    files = load_files(data)
-    if args.limit and args.limit < len(files):
-        files = files[:: len(files) // args.limit][: args.limit]
+    files = selected_files(data, args.limit)
     toks = tokenizers()
     results = {}
     for tname in args.tokenizers.split(","):
