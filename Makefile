@@ -4,7 +4,10 @@
 # pyenv makes it, calls it in a shared libpython built without profile-guided optimisation, and
 # compiled JSON schemas ~9% slower here (README, "Which Python"). PYTHON=... picks another.
 DISTRO_PYTHON := /usr/bin/python3.11
-PYTHON ?= $(or $(shell $(DISTRO_PYTHON) -c 'import ensurepip, venv; ensurepip.version()' >/dev/null 2>&1 && echo $(DISTRO_PYTHON)),python3)
+ifeq ($(origin PYTHON),undefined)  # looked for once, not at each use
+PYTHON := $(or $(shell $(DISTRO_PYTHON) -c 'import ensurepip, venv; ensurepip.version()' \
+	>/dev/null 2>&1 && echo $(DISTRO_PYTHON)),python3)
+endif
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed

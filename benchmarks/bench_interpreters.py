@@ -62,25 +62,28 @@ def main() -> None:
         return
     if not args.python or len(args.python) != 2:
         ap.error("give two interpreters with --python")
-    a, b = args.python
+    a, b = args.python  # by role, not by path: the same interpreter twice is an A/A check
+    child = ["--child", "--data", args.data, "--limit", str(args.limit)]
+    child += ["--tokenizer", args.tokenizer]
     pairs = []
     for i in range(args.pairs):
-        order = (a, b) if i % 2 == 0 else (b, a)  # who goes first alternates
         got = {}
-        for py in order:
-            cmd = [py, __file__, "--child", "--data", args.data, "--limit", str(args.limit)]
-            out = subprocess.run(
-                cmd + ["--tokenizer", args.tokenizer], capture_output=True, text=True
-            )
+        for role in ("a", "b") if i % 2 == 0 else ("b", "a"):  # who goes first alternates
+            py = a if role == "a" else b
+            out = subprocess.run([py, __file__, *child], capture_output=True, text=True)
             if out.returncode:
                 sys.exit(f"{py} failed:\n{out.stderr[-2000:]}")
-            got[py] = json.loads(out.stdout.strip().splitlines()[-1])
-        ratio = got[b]["sum_s"] / got[a]["sum_s"]
-        pairs.append({"a": got[a], "b": got[b], "sum_ratio_b_over_a": round(ratio, 3)})
+            got[role] = json.loads(out.stdout.strip().splitlines()[-1])
+        ratio = got["b"]["sum_s"] / got["a"]["sum_s"]
+        pairs.append({**got, "sum_ratio_b_over_a": round(ratio, 3)})
         print(
-            f"pair {i + 1}: A {got[a]['python']} sum {got[a]['sum_s']:.2f} s p50"
-            f" {got[a]['p50_ms']:.3f} ms | B {got[b]['python']} sum {got[b]['sum_s']:.2f} s"
-            f" p50 {got[b]['p50_ms']:.3f} ms | B/A {ratio:.3f}"
+            f"pair {i + 1}: "
+            + " | ".join(
+                f"{role.upper()} {got[role]['python']} sum {got[role]['sum_s']:.2f} s"
+                f" p50 {got[role]['p50_ms']:.3f} ms"
+                for role in ("a", "b")
+            )
+            + f" | B/A {ratio:.3f}"
         )
     ratios = sorted(p["sum_ratio_b_over_a"] for p in pairs)
     print(f"B/A compile time, per pair: {ratios}")
