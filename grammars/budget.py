@@ -57,7 +57,7 @@ class CompileBudget:
         if self.cancel is not None and self.cancel.is_set():
             raise GrammarCancelled("compiling the constraint was cancelled")
         if self._deadline is not None and time.monotonic() > self._deadline:
-            raise GrammarTimeout(f"compiling the constraint took longer than {self.timeout} s")
+            raise GrammarTimeout(f"compiling the constraint took longer than {self.timeout:.3g} s")
 
     def check_size(self, size: int) -> None:
         """GrammarError when a constraint of `size` bytes is above `max_bytes`."""

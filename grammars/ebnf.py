@@ -83,6 +83,8 @@ def lark_to_rules(text: str, start: str = "start") -> tuple[dict, str]:
     def terminal(name: str) -> tuple:
         node = cache.get(name)
         if node is None:
+            if name not in terminals:  # `%declare`d: lark leaves it to a custom lexer
+                raise GrammarError(f"ebnf: terminal {name} is declared but never defined")
             pattern = terminals[name].pattern
             flags = 0
             for f in getattr(pattern, "flags", ()) or ():

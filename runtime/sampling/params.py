@@ -13,6 +13,9 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_STOP_STRINGS = 64
 MAX_STOP_CHARS = 1024
 MAX_STOP_TOKEN_IDS = 1024
+# JSON levels of a constraint given as an object: deeper ones cannot be sent on (pickle recurses
+# past ~490 levels) nor written as the text that is compiled (orjson stops at 254)
+MAX_CONSTRAINT_DEPTH = 128
 GREEDY_TEMPERATURE = 1e-5  # below this, sampling is greedy (dividing by it would overflow)
 
 
@@ -38,6 +41,21 @@ def is_valid_text(value: str) -> bool:
 
 
 MAX_LOGIT_BIAS = 1024
+
+
+def json_depth(value, limit: int = MAX_CONSTRAINT_DEPTH) -> int:
+    """How deeply objects and arrays nest in `value` (without recursion), counted up to
+    `limit` + 1: a deeper value answers limit + 1."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= limit:
+                stack.extend(
+                    (v, depth + 1) for v in (value.values() if isinstance(value, dict) else value)
+                )
+    return deepest
 
 
 def _token_key(key) -> int | None:
@@ -203,6 +221,10 @@ class SamplingParams:
                 name,
                 "a string" + (" or an object" if name in _OBJECT_CONSTRAINTS else ""),
             )
+            if isinstance(value, dict) and json_depth(value) > MAX_CONSTRAINT_DEPTH:
+                raise ValueError(
+                    f"sampling_params.{name} nests more than {MAX_CONSTRAINT_DEPTH} levels deep"
+                )
         for name in (
             "ignore_eos",
             "skip_special_tokens",

@@ -67,7 +67,7 @@ class CompileWorker:
             self._ready(cancel)
             self._send((kind, spec, timeout, options or {}))
             deadline = None if timeout is None else time.monotonic() + timeout
-            late = CompileTimeout(f"compiling the constraint took longer than {timeout} s")
+            late = CompileTimeout(f"compiling the constraint took longer than {timeout or 0:.3g} s")
             self._wait(deadline, cancel, late)
             status, value = self._recv()
         if status == "ok":

@@ -81,6 +81,11 @@ class GrammarBackend:
             if grammar is not None:
                 self._cache.move_to_end(key)
                 return grammar
+        if timeout is not None and timeout <= 0:  # its time went by in the queue
+            raise ValueError(
+                f"sampling_params.{field}: not compiled: the compiles queued before it took "
+                "the whole --grammar-compile-timeout since the request arrived; try again"
+            )
         try:
             options = self.json_options if field in _JSON_KINDS else {}
             machine = self.worker.build(field, text, timeout, cancel, options)

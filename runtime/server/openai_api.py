@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.outputs import GenerationResult
-from runtime.sampling.params import SamplingParams, short_repr
+from runtime.sampling.params import MAX_CONSTRAINT_DEPTH, SamplingParams, json_depth, short_repr
 from runtime.server.tokenizer_manager import (
     BadRequest,
     ReqState,
@@ -136,7 +136,14 @@ def response_format_schema(response_format: dict | None) -> str | None:
             raise BadRequest(
                 "response_format.json_schema must be an object with a 'schema'", "response_format"
             )
-        return json.dumps(spec.get("schema", {}))
+        schema = spec.get("schema", {})
+        if json_depth(schema) > MAX_CONSTRAINT_DEPTH:
+            raise BadRequest(
+                f"response_format.json_schema.schema nests more than {MAX_CONSTRAINT_DEPTH} "
+                "levels deep",
+                "response_format",
+            )
+        return json.dumps(schema)
     raise BadRequest(
         f"response_format type {kind!r} is not supported (text, json_object, json_schema)",
         "response_format",

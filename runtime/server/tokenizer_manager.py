@@ -221,14 +221,17 @@ class TokenizerManager:
         route = self.router.route(input_ids)
         state = ReqState(rid, len(input_ids), params, return_logprob, top_logprobs_num)
         state.worker = route.worker
+        message = TokenizedGenerateReq(
+            rid, input_ids, params, return_logprob, logprob_start_len, top_logprobs_num, stream
+        )
         self.states[rid] = state
+        try:
+            self.sends[route.worker].send_pyobj(message)
+        except BaseException:  # not sent (e.g. a value pickle cannot write): forget it
+            self._retire(state)
+            raise
         if self.num_workers > 1:
             self.metrics.routed(route.worker, route.reason, self.router.in_flight)
-        self.sends[route.worker].send_pyobj(
-            TokenizedGenerateReq(
-                rid, input_ids, params, return_logprob, logprob_start_len, top_logprobs_num, stream
-            )
-        )
         self.metrics.requests.inc()
         self.metrics.prompt_tokens.inc(len(input_ids))
         return state

@@ -32,7 +32,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from runtime.sampling.params import short_repr
+from runtime.sampling.params import MAX_CONSTRAINT_DEPTH, json_depth, short_repr
 from runtime.server.tokenizer_manager import BadRequest
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,8 @@ logger = logging.getLogger(__name__)
 CALL_BEGIN, CALL_END = "<tool_call>", "</tool_call>"
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_TOOLS = 128
-MAX_PARAMETERS_DEPTH = 256  # JSON levels; deeper would overflow the recursion of json.dumps
+# JSON levels, leaving room for the levels a call's schema wraps around its parameters
+MAX_PARAMETERS_DEPTH = MAX_CONSTRAINT_DEPTH - 8
 TOOL_KEYS = {"type", "function"}
 FUNCTION_KEYS = {"name", "description", "parameters", "strict"}
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
@@ -135,20 +136,6 @@ def _parse_tool(i: int, tool) -> Tool:
             "tools",
         )
     return Tool(name, description, parameters)
-
-
-def json_depth(value) -> int:
-    """How deeply objects and arrays nest in `value` (without recursion)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, (dict, list)):
-            deepest = max(deepest, depth)
-            if depth <= MAX_PARAMETERS_DEPTH:
-                stack.extend(
-                    (v, depth + 1) for v in (value.values() if isinstance(value, dict) else value)
-                )
-    return deepest
 
 
 def _choice_name(tool_choice) -> str | None:

@@ -21,6 +21,7 @@ import json
 import logging
 from dataclasses import dataclass
 
+from runtime.sampling.params import json_depth
 from runtime.server.tokenizer_manager import BadRequest
 from runtime.server.tool_calls import (
     CALL_BEGIN,
@@ -29,7 +30,6 @@ from runtime.server.tool_calls import (
     MAX_PARAMETERS_DEPTH,
     ToolCall,
     ToolSpec,
-    json_depth,
 )
 
 logger = logging.getLogger(__name__)

@@ -141,6 +141,14 @@ def nested_schema(depth: int) -> str:
     return '{"type": "array", "items": ' * depth + '{"type": "integer"}' + "}" * depth
 
 
+def deep_schema(depth: int) -> dict:
+    """nested_schema as an object: `depth` + 1 JSON levels."""
+    schema = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
 def enum_schema(n: int, salt: str = "") -> str:
     """A JSON schema with an enum of n distinct strings (BIG_ENUM compile for seconds); `salt`
     makes it unique, since compiled grammars are cached."""
@@ -259,6 +267,33 @@ HOSTILE_400 = [
         ).encode(),
         None,
     ),
+    # constraints given as objects too deep to send to the scheduler (600 levels: pickle
+    # recursed) or to write as JSON text (300: orjson stops at 254): were 500s, the rid kept
+    ("/generate", gen({"json_schema": deep_schema(600)}, rid="deep600"), "json_schema"),
+    ("/generate", gen({"json_schema": deep_schema(300)}, rid="deep300"), "json_schema"),
+    (
+        "/generate",
+        gen(
+            {
+                "structural_tag": {
+                    "structures": [{"begin": "<f>", "schema": deep_schema(400), "end": "</f>"}],
+                    "triggers": ["<f>"],
+                }
+            }
+        ),
+        "structural_tag",
+    ),
+    (
+        "/v1/chat/completions",
+        chat(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "d", "schema": deep_schema(600)},
+            }
+        ),
+        "response_format",
+    ),
+    ("/generate", gen({"ebnf": "%declare FOO\nstart: FOO"}), "FOO"),  # was a KeyError, 500
     # EBNF imports other than lark's common library read files on the server
     ("/generate", gen({"ebnf": "%import .secret (X)\nstart: X"}), "ebnf"),
     ("/generate", gen({"ebnf": "%import .etc.passwd (X)\nstart: X"}), "ebnf"),
@@ -385,6 +420,26 @@ def test_duplicate_rid_in_a_batch_runs_nothing(server):
     finally:
         server.post("/abort_request", {"rid": "twin"})
     assert_alive(server)
+
+
+def test_a_refused_request_leaves_its_rid_free(server):
+    assert_client_error(
+        server.post("/generate", gen({"json_schema": deep_schema(600)}, rid="again")), "json_schema"
+    )
+    r = server.post("/generate", gen(rid="again"))
+    assert r.status_code == 200, r.text[:500]
+
+
+@pytest.mark.parametrize("constraint", [{"regex": "yes"}, {"json_schema": {"type": "boolean"}}])
+def test_a_grammar_ends_the_output_even_with_ignore_eos(server, constraint):
+    """The grammar's end is a stop (as in SGLang): nothing may follow it, so ignore_eos does
+    not go on sampling (which had ended the request with "abort")."""
+    body = gen({"max_new_tokens": 16, "temperature": 0, "ignore_eos": True, **constraint})
+    r = server.post("/generate", body)
+    assert r.status_code == 200, r.text[:500]
+    out = r.json()
+    assert out["meta_info"]["finish_reason"]["type"] == "stop", out
+    assert out["text"] in ("yes", "true", "false"), out
 
 
 def test_rid_in_use_gets_400(server):
