@@ -65,6 +65,9 @@ class AllowTokens:
     def accept_token(self, token):
         return True
 
+    def is_terminated(self):
+        return False
+
 
 @pytest.fixture(scope="module")
 def meta_scheduler(tmp_path_factory, smollm2_folder):
