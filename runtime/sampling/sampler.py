@@ -326,7 +326,11 @@ def fill_grammar_bitmask(matchers: list, words: int, pinned: bool = False) -> to
     runs in a thread while the model's forward pass runs."""
     if all(m is None for m in matchers):
         return None
-    bitmask = torch.full((len(matchers), words), -1, dtype=torch.int32, pin_memory=pinned)
+    # filled by numpy: torch.full on 32k+ words would start an OpenMP team for this thread,
+    # whose workers never leave; with more OpenMP threads than cores, libgomp stops spinning
+    # between parallel regions and the model's CPU kernels ran 2x slower from then on
+    bitmask = torch.empty((len(matchers), words), dtype=torch.int32, pin_memory=pinned)
+    bitmask.numpy().fill(-1)
     for row, matcher in enumerate(matchers):
         if matcher is not None:
             matcher.fill_next_token_bitmask(bitmask, row)

@@ -123,3 +123,31 @@ def test_cpu_batches_nothing_edits_sample_as_the_torch_path_does(monkeypatch):
     assert native.next_ids == fallback.next_ids
     logprobs = torch.tensor(native.logprobs), torch.tensor(fallback.logprobs)
     torch.testing.assert_close(*logprobs, rtol=0, atol=0, equal_nan=True)
+
+
+class _AllowAll:
+    def fill_next_token_bitmask(self, bitmask, row):
+        pass
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="no OpenMP team with one thread")
+def test_grammar_masks_start_no_openmp_team_in_their_thread():
+    """The masks are filled in a thread of their own while the model runs. An OpenMP parallel
+    region there (torch.full over 48+ rows did it) gives that thread a team whose workers live
+    as long as it does; with more OpenMP threads than cores libgomp stops spinning between
+    regions, and the model's CPU kernels ran 2x slower for the rest of the process."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from runtime.sampling.sampler import fill_grammar_bitmask
+
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    torch.full((64, 1536), -1, dtype=torch.int32)  # this thread's team, if it has none yet
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: None).result()
+        before = threads()
+        bitmask = pool.submit(fill_grammar_bitmask, [_AllowAll()] * 64, 1536).result()
+        assert threads() == before
+    assert bitmask.shape == (64, 1536) and bool((bitmask == -1).all())
