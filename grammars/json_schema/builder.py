@@ -279,6 +279,8 @@ class _Builder(_ContainerNodes):
         if "not" in schema:
             return self.negation(schema, path)
         if "allOf" in schema:
+            if type(schema["allOf"]) is not list or not schema["allOf"]:
+                raise GrammarError(f"allOf must be a non-empty list at {path}")
             merged = {k: v for k, v in schema.items() if k != "allOf"}
             for i, sub in enumerate(schema["allOf"]):
                 sub = self._deref(sub, path)

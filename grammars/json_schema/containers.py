@@ -239,7 +239,9 @@ class _ContainerNodes:
         props = schema.get("properties") or {}
         if not isinstance(props, dict):
             raise GrammarError(f"properties must be an object at {path}")
-        required = list(schema.get("required") or [])
+        required = schema.get("required") or []
+        if type(required) is not list or not all(type(n) is str for n in required):
+            raise GrammarError(f"required must be a list of strings at {path}")
         pattern_props = schema.get("patternProperties") or {}
         additional = schema.get("additionalProperties")
         if additional is None and "additionalProperties" in schema:

@@ -264,6 +264,8 @@ def _types_of(schema: dict):
     t = schema.get("type")
     if t is None:
         return None
+    if not isinstance(t, (str, list)):
+        raise GrammarError(f"type must be a string or a list of strings, not {t!r}")
     types = [t] if isinstance(t, str) else list(t)
     for x in types:
         if x not in _TYPES:

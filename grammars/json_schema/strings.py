@@ -444,14 +444,18 @@ def string_node(schema: dict, path: str = "#", rules: dict | None = None) -> tup
         lo = int(lo)
     if isinstance(hi, float) and hi.is_integer():
         hi = int(hi)
-    if not isinstance(lo, int) or (hi is not None and not isinstance(hi, int)):
-        raise GrammarError(f"minLength/maxLength must be integers at {path}")
+    if type(lo) is not int or lo < 0 or (hi is not None and (type(hi) is not int or hi < 0)):
+        raise GrammarError(f"minLength/maxLength must be non-negative integers at {path}")
     if hi is not None and hi < lo:
         return NOTHING
     patterns = tuple(schema.get("__patterns", ()))  # more patterns, left by merging allOf
     if schema.get("pattern") is not None:
         patterns = (schema["pattern"], *patterns)
+    if not all(type(p) is str for p in patterns):
+        raise GrammarError(f"pattern must be a string at {path}")
     fmt = schema.get("format")
+    if fmt is not None and type(fmt) is not str:
+        raise GrammarError(f"format must be a string at {path}")
     if isinstance(fmt, str) and fmt in _UNENFORCED_FORMATS:
         raise GrammarError(f"format: {fmt!r} is not supported ({path})")
     fmt = _SUBSET_FORMATS.get(fmt, fmt) if isinstance(fmt, str) else fmt

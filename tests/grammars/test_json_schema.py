@@ -368,6 +368,16 @@ def test_unsupported_keywords_raise_naming_them(compiler, schema, keyword):
         ({"type": "number", "exclusiveMinimum": float("-inf")}, "exclusiveMinimum"),
         ({"type": "object", "propertyNames": 3}, "propertyNames"),
         ({"type": "array", "uniqueItems": "yes", "items": {"enum": [1, 2]}}, "uniqueItems"),
+        # were accepted (a string taken as its characters, an object as its keys) ...
+        ({"type": "object", "required": "a"}, "required"),
+        ({"type": "string", "format": 5}, "format"),
+        ({"allOf": {}}, "allOf"),
+        # ... or refused with the message of whatever broke first
+        ({"type": "object", "required": [1]}, "required"),
+        ({"type": "string", "minLength": -3}, "minLength"),
+        ({"type": "string", "minLength": True}, "minLength"),
+        ({"type": "string", "pattern": 5}, "pattern"),
+        ({"type": 5}, "type"),
     ],
 )
 def test_malformed_keyword_values_raise_naming_them(compiler, schema, keyword):
