@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -20,6 +20,27 @@ logger = logging.getLogger(__name__)
 
 class ConstrainedSteps:
     """Mixed into Scheduler, whose state (grammars, cache, pools, stats) these methods use."""
+
+    def _start_grammar(self, req: Req) -> None:
+        """req.grammar_future: a grammar from the cache at once, else compiled in the grammar
+        thread (a large schema must not stall the running batch), one compile at a time."""
+        req.grammar_cancel = threading.Event()
+        sp = req.sampling_params
+        try:
+            inject("grammar", req.rid)
+            grammar = self.grammars.cached(sp)
+        except Exception as exc:  # failed as a compile would, through _collect_grammars
+            req.grammar_future = Future()
+            req.grammar_future.set_exception(exc)
+            return
+        if grammar is not None:  # known: no wait behind other requests' compiles
+            req.grammar_future = Future()
+            req.grammar_future.set_result(grammar)
+            return
+        deadline = time.monotonic() + self.args.grammar_compile_timeout
+        req.grammar_future = self._compile_pool().submit(
+            self._compile, req.rid, sp, req.grammar_cancel, deadline
+        )
 
     def _compile(self, rid: str, sp, cancel: threading.Event, deadline: float):
         """Runs in the grammar thread. The time limit counts from the request's arrival, or

@@ -57,6 +57,30 @@ class GrammarBackend:
             self._compiler = GrammarCompiler(self.tokenizer, vocab_size=self.vocab_size)
         return self._compiler
 
+    @staticmethod
+    def _key(sp: SamplingParams) -> tuple[str, str] | None:
+        """(field, text) of the constraint of `sp`; None without one."""
+        field = next((f for f in CONSTRAINT_FIELDS if getattr(sp, f) is not None), None)
+        if field is None:
+            return None
+        value = getattr(sp, field)
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if len(text) > MAX_CONSTRAINT_BYTES:  # characters: a cheap lower bound on the bytes
+            raise ValueError(f"sampling_params.{field}: longer than {MAX_CONSTRAINT_BYTES} bytes")
+        return field, text
+
+    def cached(self, sp: SamplingParams, key: tuple[str, str] | None = None):
+        """The compiled grammar of `sp` if the cache holds it, else None: a constraint compiled
+        before (an agent's tools, turn after turn) need not queue behind other compiles."""
+        key = key or self._key(sp)
+        if key is None:
+            return None
+        with self._cache_lock:
+            grammar = self._cache.get(key)
+            if grammar is not None:
+                self._cache.move_to_end(key)
+        return grammar
+
     def compile(
         self,
         sp: SamplingParams,
@@ -68,19 +92,13 @@ class GrammarBackend:
         (CompileCancelled)."""
         from grammars import CompiledGrammar, GrammarError
 
-        field = next((f for f in CONSTRAINT_FIELDS if getattr(sp, f) is not None), None)
-        if field is None:
+        key = self._key(sp)
+        if key is None:
             return None
-        value = getattr(sp, field)
-        text = value if isinstance(value, str) else orjson.dumps(value).decode()
-        if len(text) > MAX_CONSTRAINT_BYTES:  # characters: a cheap lower bound on the bytes
-            raise ValueError(f"sampling_params.{field}: longer than {MAX_CONSTRAINT_BYTES} bytes")
-        key = (field, text)
-        with self._cache_lock:
-            grammar = self._cache.get(key)
-            if grammar is not None:
-                self._cache.move_to_end(key)
-                return grammar
+        grammar = self.cached(sp, key)
+        if grammar is not None:
+            return grammar
+        field, text = key
         if timeout is not None and timeout <= 0:  # its time went by in the queue
             raise ValueError(
                 f"sampling_params.{field}: not compiled: the compiles queued before it took "

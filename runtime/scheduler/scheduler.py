@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -145,12 +144,7 @@ class Scheduler(ConstrainedSteps):
                 sp, max_new_tokens=room, min_new_tokens=min(sp.min_new_tokens, room)
             )
         if sp.is_constrained:
-            # compiled in a worker thread: a large schema must not stall the running batch
-            req.grammar_cancel = threading.Event()
-            deadline = time.monotonic() + self.args.grammar_compile_timeout
-            req.grammar_future = self._compile_pool().submit(
-                self._compile, req.rid, sp, req.grammar_cancel, deadline
-            )
+            self._start_grammar(req)
         self.stats.prompt_tokens += len(prompt)
         self.waiting.append(req)
 

@@ -635,6 +635,25 @@ def test_plain_request_answers_while_large_grammars_compile(compiler):
     assert_alive(compiler)
 
 
+def test_a_known_constraint_does_not_queue_behind_a_slow_compile(compiler):
+    """Compiles run one at a time: a constraint already compiled (a tool schema, turn after
+    turn) waited behind another request's slow compile (up to --grammar-compile-timeout)
+    though its grammar sat in the cache. Now it is answered while that compile still runs."""
+    known = gen({"regex": "(yes|no) [0-9]{2}"})
+    for _ in range(5):  # the first compile also waits for the grammar kernels to load
+        if compiler.post("/generate", known, timeout=60).status_code == 200:
+            break
+    slow_body = gen({"json_schema": enum_schema(BIG_ENUM, "queue")})
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(compiler.post, "/generate", slow_body, 60)
+        time.sleep(0.3)  # the slow compile is running, until its 1 s limit
+        r = compiler.post("/generate", known, timeout=60)
+        assert r.status_code == 200, r.text[:500]
+        assert not slow.done(), "the known constraint was answered only after the slow compile"
+        assert status_or_error(slow) == 400
+    assert_alive(compiler)
+
+
 HEADER_TIMEOUT = 2  # the compiler server's --header-read-timeout
 
 
