@@ -25,10 +25,10 @@ class ConstrainedSteps:
         """req.grammar_future: a grammar from the cache at once, else compiled in the grammar
         thread (a large schema must not stall the running batch), one compile at a time."""
         req.grammar_cancel = threading.Event()
-        sp = req.sampling_params
         try:
             inject("grammar", req.rid)
-            grammar = self.grammars.cached(sp)
+            key = self.grammars.key(req.sampling_params)  # ValueError past the size limit
+            grammar = self.grammars.cached(key)
         except Exception as exc:  # failed as a compile would, through _collect_grammars
             req.grammar_future = Future()
             req.grammar_future.set_exception(exc)
@@ -39,18 +39,17 @@ class ConstrainedSteps:
             return
         deadline = time.monotonic() + self.args.grammar_compile_timeout
         req.grammar_future = self._compile_pool().submit(
-            self._compile, req.rid, sp, req.grammar_cancel, deadline
+            self._compile, req.sampling_params, key, req.grammar_cancel, deadline
         )
 
-    def _compile(self, rid: str, sp, cancel: threading.Event, deadline: float):
+    def _compile(self, sp, key: tuple[str, str], cancel: threading.Event, deadline: float):
         """Runs in the grammar thread. The time limit counts from the request's arrival, or
         from when the grammar kernels and the compile process became ready if that is later:
         their one-time build (numba's, over a minute on a fresh install, then read from its
         disk cache) is not the request's compile."""
-        inject("grammar", rid)
         ready_at = self._ready_grammar_kernels()
         deadline = max(deadline, ready_at + self.args.grammar_compile_timeout)
-        return self.grammars.compile(sp, max(deadline - time.monotonic(), 0.0), cancel)
+        return self.grammars.compile(sp, max(deadline - time.monotonic(), 0.0), cancel, key)
 
     def _ready_grammar_kernels(self) -> float:
         """Builds (or loads) the mask kernels and starts the compile process, once; when both

@@ -58,7 +58,7 @@ class GrammarBackend:
         return self._compiler
 
     @staticmethod
-    def _key(sp: SamplingParams) -> tuple[str, str] | None:
+    def key(sp: SamplingParams) -> tuple[str, str] | None:
         """(field, text) of the constraint of `sp`; None without one."""
         field = next((f for f in CONSTRAINT_FIELDS if getattr(sp, f) is not None), None)
         if field is None:
@@ -69,12 +69,10 @@ class GrammarBackend:
             raise ValueError(f"sampling_params.{field}: longer than {MAX_CONSTRAINT_BYTES} bytes")
         return field, text
 
-    def cached(self, sp: SamplingParams, key: tuple[str, str] | None = None):
-        """The compiled grammar of `sp` if the cache holds it, else None: a constraint compiled
-        before (an agent's tools, turn after turn) need not queue behind other compiles."""
-        key = key or self._key(sp)
-        if key is None:
-            return None
+    def cached(self, key: tuple[str, str]):
+        """The compiled grammar of the constraint `key` (GrammarBackend.key) if the cache holds
+        it, else None: a constraint compiled before (an agent's tools, turn after turn) need not
+        queue behind other compiles."""
         with self._cache_lock:
             grammar = self._cache.get(key)
             if grammar is not None:
@@ -86,16 +84,17 @@ class GrammarBackend:
         sp: SamplingParams,
         timeout: float | None = None,
         cancel: threading.Event | None = None,
+        key: tuple[str, str] | None = None,
     ):
         """The compiled grammar of `sp`, or None. ValueError naming the field if the constraint
         is bad or its compilation takes longer than `timeout` seconds; `cancel` stops it
-        (CompileCancelled)."""
+        (CompileCancelled). `key`: GrammarBackend.key(sp), when the caller has it."""
         from grammars import CompiledGrammar, GrammarError
 
-        key = self._key(sp)
+        key = key or self.key(sp)
         if key is None:
             return None
-        grammar = self.cached(sp, key)
+        grammar = self.cached(key)
         if grammar is not None:
             return grammar
         field, text = key

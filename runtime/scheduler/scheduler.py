@@ -545,13 +545,8 @@ class Scheduler(ConstrainedSteps):
     def _check_finished(self, req: Req) -> None:
         sp, last = req.sampling_params, req.output_ids[-1]
         n_out = len(req.output_ids)
-        if (
-            not sp.ignore_eos
-            and last in self.eos_ids
-            or last in sp.stop_token_ids
-            or req.grammar is not None
-            and req.grammar.is_terminated()  # the grammar took its end: nothing may follow
-        ):
+        ended = req.grammar is not None and req.grammar.is_terminated()  # nothing may follow
+        if ended or (last in self.eos_ids and not sp.ignore_eos) or last in sp.stop_token_ids:
             req.finished_reason = FinishReason("stop", matched=last)
         elif n_out >= sp.max_new_tokens or req.seq_len >= self.context_length:
             req.finished_reason = FinishReason("length", length=n_out)

@@ -143,10 +143,7 @@ def nested_schema(depth: int) -> str:
 
 def deep_schema(depth: int) -> dict:
     """nested_schema as an object: `depth` + 1 JSON levels."""
-    schema = {"type": "integer"}
-    for _ in range(depth):
-        schema = {"type": "array", "items": schema}
-    return schema
+    return json.loads(nested_schema(depth))
 
 
 def enum_schema(n: int, salt: str = "") -> str:
