@@ -11,7 +11,13 @@ from collections.abc import AsyncIterator
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.outputs import GenerationResult
-from runtime.sampling.params import MAX_CONSTRAINT_DEPTH, SamplingParams, json_depth, short_repr
+from runtime.sampling.params import (
+    MAX_CONSTRAINT_DEPTH,
+    SamplingParams,
+    check_constraint_depth,
+    json_depth,
+    short_repr,
+)
 from runtime.server.tokenizer_manager import (
     BadRequest,
     ReqState,
@@ -444,6 +450,10 @@ class OpenAIServing:
                 next(iter(extras)),
             )
         for name, value in extras.items():
+            try:
+                check_constraint_depth(name, value)
+            except ValueError as e:
+                raise BadRequest(str(e).replace("sampling_params.", ""), name) from None
             setattr(params, name, value)
         for name, value in (spec.constraint() if spec else {}).items():
             setattr(params, name, value)

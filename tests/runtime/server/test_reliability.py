@@ -290,6 +290,7 @@ HOSTILE_400 = [
         ),
         "response_format",
     ),
+    ("/v1/chat/completions", chat(json_schema=deep_schema(600)), "json_schema"),
     ("/generate", gen({"ebnf": "%declare FOO\nstart: FOO"}), "FOO"),  # was a KeyError, 500
     # EBNF imports other than lark's common library read files on the server
     ("/generate", gen({"ebnf": "%import .secret (X)\nstart: X"}), "ebnf"),
